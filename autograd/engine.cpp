@@ -1,0 +1,204 @@
+// The backward engine: an iterative topological sort, then one reverse walk
+// that calls each node's backward function and accumulates the gradients it
+// returns into the node's inputs.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "headroom/autograd/grad_mode.h"
+#include "headroom/autograd/node.h"
+
+namespace headroom::autograd {
+
+namespace {
+thread_local bool grad_mode = true;
+}
+
+bool grad_enabled() { return grad_mode; }
+void set_grad_enabled(bool enabled) { grad_mode = enabled; }
+
+void Saved::check_versions(const std::string& op) const {
+  for (const Item& item : items_) {
+    if (!item.tensor.defined()) continue;
+    HEADROOM_CHECK(item.tensor.version() == item.version, "[", op,
+                   "] a tensor saved for backward was modified in place (version ",
+                   item.tensor.version(), ", expected ", item.version, ")");
+  }
+}
+
+namespace {
+
+template <typename T>
+void add_into(T* acc, const T* g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += g[i];
+}
+
+}  // namespace
+
+Tensor accumulate(const Tensor& grad, const Tensor& g) {
+  if (!grad.defined()) return g.contiguous().clone();
+  HEADROOM_CHECK(grad.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ",
+                 shape_str(g.shape()), " into one of shape ", shape_str(grad.shape()));
+  check_cpu("accumulate", {grad, g});
+  Tensor gc = g.dtype() == grad.dtype() ? g.contiguous() : g.to(grad.dtype());
+  if (grad.dtype() == DType::f32) add_into(grad.data<float>(), gc.data<float>(), grad.numel());
+  else add_into(grad.data<double>(), gc.data<double>(), grad.numel());
+  return grad;
+}
+
+void Grads::add(size_t i, const Tensor& grad) {
+  HEADROOM_CHECK(i < wanted_.size(), "[", op_, "] backward wrote gradient ", i, " but the op has ",
+                 wanted_.size(), " inputs");
+  if (!wanted_[i]) return;
+  HEADROOM_CHECK(grad.shape() == shapes_[i], "[", op_, "] backward produced a gradient of shape ",
+                 shape_str(grad.shape()), " for input ", i, " of shape ", shape_str(shapes_[i]));
+  values_[i] = accumulate(values_[i], grad);
+}
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(Tensor& out, const char* op, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& saved, BackwardFn backward_fn) {
+  if (!needs_grad(inputs)) return;
+  HEADROOM_CHECK(out.is_floating_point(), "[", op, "] output of dtype ", out.dtype(),
+                 " cannot carry a gradient");
+  auto node = std::make_shared<Node>();
+  node->name = op;
+  for (const Tensor& in : inputs) {
+    Edge edge;
+    if (in.defined() && in.requires_grad()) {
+      if (in.grad_fn()) edge.node = in.grad_fn();
+      else edge.leaf = in.impl_shared();
+    }
+    node->inputs.push_back(edge);
+    node->input_shapes.push_back(in.defined() ? in.shape() : Shape{});
+    node->input_dtypes.push_back(in.defined() ? in.dtype() : DType::f32);
+  }
+  for (const Tensor& s : saved) node->saved.add(s);
+  node->backward = std::move(backward_fn);
+  node->out_shape = out.shape();
+  // `out` may be a fresh tensor or a view of an input; either way it gets its
+  // own impl so that the input's grad_fn is untouched.
+  out.impl_shared()->grad_fn = std::move(node);
+}
+
+namespace {
+
+// Post-order DFS with an explicit stack: no recursion-depth limit.  The order
+// holds owning pointers because releasing a node frees its edges, which may
+// be the last owners of the nodes still to be visited.
+std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>& root) {
+  std::vector<std::shared_ptr<Node>> order;
+  std::unordered_set<Node*> visited{root.get()};
+  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack{{root, 0}};
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      std::shared_ptr<Node> child = node->inputs[next++].node;
+      if (child && visited.insert(child.get()).second) stack.push_back({child, 0});
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  return order;  // inputs before the nodes that use them
+}
+
+void accumulate_leaf(TensorImpl& leaf, const Tensor& g) {
+  Tensor current = leaf.grad ? Tensor(leaf.grad) : Tensor();
+  Tensor gc = g.dtype() == leaf.dtype ? g : g.to(leaf.dtype);
+  leaf.grad = accumulate(current, gc).impl_shared();
+}
+
+void release(Node& node) {
+  node.saved.clear();
+  node.backward = nullptr;
+  node.inputs.clear();
+  node.released = true;
+}
+
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
+  HEADROOM_CHECK(root.requires_grad(), "[backward] called on a tensor of shape ",
+                 shape_str(root.shape()), " and dtype ", root.dtype(),
+                 " that does not require grad",
+                 root.is_floating_point() ? "" : " (integer and mask tensors are never differentiable)");
+  Tensor grad_root = seed;
+  if (!grad_root.defined()) {
+    HEADROOM_CHECK(root.numel() == 1, "[backward] a seed gradient is needed for a tensor of shape ",
+                   shape_str(root.shape()), " (only one-element tensors are seeded with 1)");
+    grad_root = Tensor::ones(root.shape(), root.dtype(), root.device());
+  }
+  HEADROOM_CHECK(grad_root.shape() == root.shape(), "[backward] seed of shape ",
+                 shape_str(grad_root.shape()), " does not match the output shape ",
+                 shape_str(root.shape()));
+  NoGradGuard no_grad;
+  if (root.is_leaf()) {
+    accumulate_leaf(*root.impl_shared(), grad_root);
+    return;
+  }
+  Node* root_node = root.grad_fn().get();
+  HEADROOM_CHECK(!root_node->released, "[backward] the graph through '", root_node->name,
+                 "' was already freed by an earlier backward(); pass retain_graph=true to it "
+                 "to call backward twice");
+  std::vector<std::shared_ptr<Node>> order = topological_order(root.grad_fn());
+  std::unordered_map<Node*, Tensor> pending{{root_node, grad_root}};
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node& node = **it;
+    auto found = pending.find(&node);
+    if (found == pending.end()) continue;  // no gradient flowed here
+    Tensor grad_out = std::move(found->second);
+    pending.erase(found);
+    HEADROOM_CHECK(!node.released, "[backward] the graph through '", node.name,
+                   "' was already freed by an earlier backward(); pass retain_graph=true to it");
+    node.saved.check_versions(node.name);
+    std::vector<bool> wanted;
+    for (const Edge& e : node.inputs) wanted.push_back(e.active());
+    Grads grads(wanted, node.input_shapes, node.name);
+    node.backward(node.saved, grad_out, grads);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const Tensor& g = grads.get(i);
+      if (!g.defined()) continue;
+      const Edge& edge = node.inputs[i];
+      if (edge.node) pending[edge.node.get()] = accumulate(pending[edge.node.get()], g);
+      else if (edge.leaf) accumulate_leaf(*edge.leaf, g);
+    }
+    if (!retain_graph) release(node);
+  }
+}
+
+}  // namespace headroom::autograd
+
+namespace headroom {
+
+Tensor& Tensor::set_requires_grad(bool flag) {
+  HEADROOM_CHECK(is_leaf(), "[set_requires_grad] only leaf tensors can be marked; this tensor was "
+                            "made by '", grad_fn()->name, "' (use detach() first)");
+  HEADROOM_CHECK(!flag || is_floating_point(), "[set_requires_grad] tensors of dtype ", dtype(),
+                 " cannot require grad; only f32 and f64 can");
+  impl().requires_grad = flag;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
+
+void Tensor::set_grad(const Tensor& grad) const {
+  HEADROOM_CHECK(!grad.defined() || grad.shape() == shape(), "[set_grad] gradient of shape ",
+                 shape_str(grad.shape()), " for a tensor of shape ", shape_str(shape()));
+  impl().grad = grad.defined() ? grad.impl_shared() : nullptr;
+}
+
+void Tensor::zero_grad() const { impl().grad = nullptr; }
+
+void Tensor::backward(const Tensor& seed, bool retain_graph) const {
+  autograd::backward(*this, seed, retain_graph);
+}
+
+Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
+
+}  // namespace headroom

@@ -1,0 +1,96 @@
+#pragma once
+// The autograd graph.  Each recorded op output holds a Node: edges to its
+// inputs, the tensors it saved (with their storage versions), and a backward
+// function written beside the op's forward in ops/<family>.cpp.
+//
+// Recording an op (see ops/matmul.cpp for a short example):
+//
+//   if (autograd::needs_grad({a, b}))
+//     autograd::record(out, "matmul", {a, b}, {a, b},
+//         [](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+//           if (grads.wants(0)) grads.add(0, matmul(g, s[1].t()));
+//           if (grads.wants(1)) grads.add(1, matmul(s[0].t(), g));
+//         });
+//
+// Backward functions run with grad mode off, so they may call ordinary ops.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "headroom/core/tensor.h"
+
+namespace headroom::autograd {
+
+struct Node;
+
+// Where an input's gradient goes: the node that produced it, or (for a leaf
+// that requires grad) the leaf itself.  Neither when the input needs no grad.
+struct Edge {
+  std::shared_ptr<Node> node;
+  std::shared_ptr<TensorImpl> leaf;
+  bool active() const { return node || leaf; }
+};
+
+// Tensors saved for backward.  operator[] returns them after the engine has
+// checked that none was modified in place since it was saved.
+class Saved {
+ public:
+  void add(const Tensor& t) { items_.push_back({t, t.defined() ? t.version() : 0}); }
+  const Tensor& operator[](size_t i) const { return items_.at(i).tensor; }
+  size_t size() const { return items_.size(); }
+  void check_versions(const std::string& op) const;
+  void clear() { items_.clear(); }
+
+ private:
+  struct Item {
+    Tensor tensor;
+    uint64_t version;
+  };
+  std::vector<Item> items_;
+};
+
+// The gradients a backward function produces, one slot per op input.
+class Grads {
+ public:
+  Grads(std::vector<bool> wanted, std::vector<Shape> shapes, std::string op)
+      : wanted_(std::move(wanted)), shapes_(std::move(shapes)), values_(wanted_.size()), op_(std::move(op)) {}
+  bool wants(size_t i) const { return i < wanted_.size() && wanted_[i]; }
+  void add(size_t i, const Tensor& grad);  // accumulates; checks the shape matches the input
+  const Tensor& get(size_t i) const { return values_[i]; }
+
+ private:
+  std::vector<bool> wanted_;
+  std::vector<Shape> shapes_;
+  std::vector<Tensor> values_;
+  std::string op_;
+};
+
+using BackwardFn = std::function<void(const Saved& saved, const Tensor& grad_out, Grads& grads)>;
+
+struct Node {
+  std::string name;          // the op's name, used in error messages
+  std::vector<Edge> inputs;  // one per op input
+  std::vector<Shape> input_shapes;
+  std::vector<DType> input_dtypes;
+  Saved saved;
+  BackwardFn backward;
+  Shape out_shape;
+  bool released = false;  // saved tensors freed after a backward without retain_graph
+};
+
+// True when grad mode is on and any (defined) input requires grad.
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Attaches a Node to `out` when needs_grad(inputs); otherwise does nothing.
+// `out` must be a floating-point tensor: integer outputs are never differentiable.
+void record(Tensor& out, const char* op, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& saved, BackwardFn backward);
+
+// Runs reverse-mode differentiation from `root` (Tensor::backward calls this).
+void backward(const Tensor& root, const Tensor& seed, bool retain_graph);
+
+// grad += g, shapes equal; used for gradient accumulation.  Returns the sum.
+Tensor accumulate(const Tensor& grad, const Tensor& g);
+
+}  // namespace headroom::autograd

@@ -1,0 +1,59 @@
+#pragma once
+// The one random number generator behind init, dropout, data order and
+// sampling.  It is counter based: draw number i of a generator seeded with s
+// is a pure function of (s, i), so any kernel (CPU thread or CUDA block) can
+// produce its slice of a stream without sequential state, and a generator's
+// whole state is two integers that checkpoints store.
+//
+//   bits(s, i)    = splitmix64(s * 0x9E3779B97F4A7C15 + i)        (64 bits)
+//   uniform(s, i) = (bits(s, i) >> 40) * 2^-24                     in [0, 1)
+//   normal        = Box-Muller on two consecutive uniforms
+//
+// splitmix64 is Steele, Lea and Flood's finaliser (the seeding generator of
+// xoshiro); it passes BigCrush as a counter-based generator.
+#include <cstdint>
+
+namespace headroom {
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed, offset_ = offset; }
+
+  // Reserves n draws and returns the index of the first; callers then use
+  // bits_at / uniform_at for their range (possibly in parallel).
+  uint64_t reserve(uint64_t n) {
+    uint64_t first = offset_;
+    offset_ += n;
+    return first;
+  }
+  uint64_t bits_at(uint64_t i) const { return splitmix64(seed_ * 0x9E3779B97F4A7C15ULL + i); }
+  float uniform_at(uint64_t i) const { return static_cast<float>(bits_at(i) >> 40) * 0x1.0p-24f; }
+  double uniform64_at(uint64_t i) const { return static_cast<double>(bits_at(i) >> 11) * 0x1.0p-53; }
+
+  // Sequential convenience draws.
+  uint64_t next_bits() { return bits_at(reserve(1)); }
+  double next_uniform() { return uniform64_at(reserve(1)); }
+  int64_t next_int(int64_t n) { return static_cast<int64_t>(next_bits() % static_cast<uint64_t>(n)); }
+  double next_normal();
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+// The process-wide generator used when an op is not given one.
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
+}  // namespace headroom

@@ -1,0 +1,49 @@
+#include "headroom/core/shape.h"
+
+#include "headroom/core/error.h"
+
+namespace headroom {
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+Strides contiguous_strides(const Shape& shape) {
+  Strides strides(shape.size());
+  int64_t step = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = step;
+    step *= shape[i];
+  }
+  return strides;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+int wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  HEADROOM_CHECK(dim >= -ndim && dim < ndim && ndim > 0, "[", op, "] dimension ", dim,
+                 " is out of range for a tensor with ", ndim, " dimensions");
+  return static_cast<int>(dim < 0 ? dim + ndim : dim);
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    HEADROOM_CHECK(da == db || da == 1 || db == 1, "[", op, "] shapes ", shape_str(a), " and ",
+                   shape_str(b), " cannot be broadcast together (dimension ", i, ": ", da,
+                   " vs ", db, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+}  // namespace headroom

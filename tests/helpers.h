@@ -1,0 +1,54 @@
+#pragma once
+// Shared helpers for the tests: comparisons that print the first mismatches
+// and the largest difference (as llm.c's check_tensor does).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "headroom/headroom.h"
+
+namespace headroom::testing {
+
+// True when every |a - b| <= atol + rtol * |b|; otherwise a message with the
+// first few mismatches and the max difference.
+inline std::string compare(const std::vector<double>& a, const std::vector<double>& b, double atol,
+                           double rtol) {
+  if (a.size() != b.size())
+    return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  std::ostringstream os;
+  double max_diff = 0;
+  int shown = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double diff = std::abs(a[i] - b[i]);
+    bool bad = !(diff <= atol + rtol * std::abs(b[i]));  // NaN counts as bad
+    if (bad && shown < 5) {
+      os << "  [" << i << "] got " << a[i] << " expected " << b[i] << "\n";
+      ++shown;
+    }
+    if (bad || diff > max_diff) max_diff = std::isnan(diff) ? INFINITY : std::max(max_diff, diff);
+  }
+  if (shown == 0) return "";
+  return "mismatch (max diff " + std::to_string(max_diff) + "):\n" + os.str();
+}
+
+inline std::string compare(const Tensor& a, const Tensor& b, double atol, double rtol = 0) {
+  if (a.shape() != b.shape()) return "shapes differ: " + shape_str(a.shape()) + " vs " + shape_str(b.shape());
+  return compare(a.to_vector<double>(), b.to_vector<double>(), atol, rtol);
+}
+
+}  // namespace headroom::testing
+
+// CHECK_CLOSE(a, b, atol[, rtol]) for tensors or vectors of doubles.
+#define CHECK_CLOSE(a, b, ...)                                            \
+  do {                                                                    \
+    std::string headroom_mismatch = ::headroom::testing::compare(a, b, __VA_ARGS__); \
+    CHECK_MESSAGE(headroom_mismatch.empty(), headroom_mismatch);          \
+  } while (0)
+
+// CHECK_THROWS_HEADROOM(expr, "substring"): expr throws headroom::Error whose
+// message contains the substring.
+#define CHECK_THROWS_HEADROOM(expr, substring) \
+  CHECK_THROWS_WITH_AS(expr, doctest::Contains(substring), ::headroom::Error)

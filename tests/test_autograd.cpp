@@ -1,0 +1,95 @@
+// The autograd engine: topological order, accumulation, seeds, freeing the
+// graph, version counters, NoGradGuard, and gradcheck itself.  Uses only shape
+// ops so that it tests the engine, not arithmetic kernels.
+#include "helpers.h"
+
+using namespace headroom;
+
+namespace {
+Tensor param(const Shape& shape, uint64_t seed = 1) {
+  Generator g(seed);
+  return Tensor::randn(shape, g, DType::f64).set_requires_grad();
+}
+}  // namespace
+
+TEST_CASE("gradient of a reused tensor accumulates: cat(x, x) and views of views") {
+  Tensor x = param({3});
+  Tensor y = cat({x, x, x.slice(0, 1, 3)}, 0);  // x used three times
+  y.backward(Tensor::ones({8}, DType::f64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 3, 3});
+}
+
+TEST_CASE("a very deep chain runs backward without recursion") {
+  Tensor x = param({1});
+  Tensor y = x;
+  for (int i = 0; i < 100000; ++i) y = y.reshape({1});
+  y.backward();
+  CHECK(x.grad().item() == 1.0);
+}
+
+TEST_CASE("backward errors: no grad, integer outputs, freed graph, in-place change") {
+  Tensor plain = Tensor::ones({2});
+  CHECK_THROWS_HEADROOM(plain.backward(), "does not require grad");
+  CHECK_THROWS_HEADROOM(Tensor::ones({2}, DType::i32).backward(), "never differentiable");
+  CHECK_THROWS_HEADROOM(Tensor::ones({2}, DType::i32).set_requires_grad(), "cannot require grad");
+
+  Tensor x = param({2});
+  Tensor y = x.reshape({2, 1});
+  CHECK_THROWS_HEADROOM(y.backward(), "a seed gradient is needed");
+  y.backward(Tensor::ones({2, 1}, DType::f64));
+  CHECK_THROWS_HEADROOM(y.backward(Tensor::ones({2, 1}, DType::f64)), "already freed");
+
+  Tensor z = x.reshape({2, 1});
+  z.backward(Tensor::ones({2, 1}, DType::f64), /*retain_graph=*/true);
+  z.backward(Tensor::ones({2, 1}, DType::f64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 3});
+
+  CHECK_THROWS_HEADROOM(x.fill_(0), "in-place write to a tensor that requires grad");
+  Tensor w = Tensor::ones({2}, DType::f64);  // saved by gradcheck-free op below
+  autograd::Saved saved;
+  saved.add(w);
+  w.fill_(3);
+  CHECK_THROWS_HEADROOM(saved.check_versions("mul"), "[mul] a tensor saved for backward was modified in place (version 1, expected 0)");
+}
+
+TEST_CASE("NoGradGuard and detach stop recording") {
+  Tensor x = param({2});
+  {
+    NoGradGuard guard;
+    CHECK_FALSE(x.reshape({2, 1}).requires_grad());
+  }
+  CHECK(x.reshape({2, 1}).requires_grad());
+  CHECK_FALSE(x.detach().requires_grad());
+  CHECK(x.detach().same_storage(x));
+}
+
+TEST_CASE("gradcheck passes for shape ops and catches a wrong gradient") {
+  Tensor x = param({2, 3, 4});
+  auto movement = [](const std::vector<Tensor>& in) {
+    Tensor a = in[0].permute({2, 0, 1}).slice(0, 1, 4, 2);  // non-contiguous view
+    return cat({a.expand({3, 2, 2, 3}).reshape({6, 2, 3}), in[0].t().reshape({4, 2, 3})}, 0);
+  };
+  auto r = gradcheck(movement, {x});
+  CHECK_MESSAGE(r.ok, r.message);
+
+  // An op whose backward is deliberately wrong (gradient doubled) must fail.
+  auto wrong = [](const std::vector<Tensor>& in) {
+    Tensor out = in[0].clone().detach();
+    autograd::record(out, "wrong", {in[0]}, {}, [](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
+      grads.add(0, cat({g, g}, 0).reshape({2, -1}).select(0, 0).reshape(g.shape()).clone());
+      grads.add(0, g);  // accumulates a second copy: 2x the true gradient
+    });
+    return out;
+  };
+  auto bad = gradcheck(wrong, {param({3})});
+  CHECK_FALSE(bad.ok);
+  CHECK(bad.message.find("analytic") != std::string::npos);
+}
+
+TEST_CASE("two equal-valued leaves keep separate gradients") {
+  Tensor a = Tensor::ones({2}, DType::f64).set_requires_grad();
+  Tensor b = Tensor::ones({2}, DType::f64).set_requires_grad();
+  cat({a, b, b}, 0).backward(Tensor::ones({6}, DType::f64));
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{1, 1});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{2, 2});
+}

@@ -1,0 +1,115 @@
+// Tensor creation, views over shared storage, printing, the RNG.
+#include "helpers.h"
+
+using namespace headroom;
+
+TEST_CASE("creation: zeros, ones, full, arange, from_vector") {
+  CHECK(Tensor::zeros({2, 3}).to_vector<float>() == std::vector<float>(6, 0.f));
+  CHECK(Tensor::ones({4}, DType::f64).to_vector<double>() == std::vector<double>(4, 1.0));
+  CHECK(Tensor::full({2}, 7, DType::i32).to_vector<int32_t>() == std::vector<int32_t>{7, 7});
+  CHECK(Tensor::arange(5).to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4});
+  CHECK(Tensor::arange(1, 2, 0.25, DType::f64).to_vector<double>() == std::vector<double>{1, 1.25, 1.5, 1.75});
+  Tensor t = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(t.shape() == Shape{2, 3});
+  CHECK(t.strides() == Strides{3, 1});
+  CHECK(t.dtype() == DType::f32);
+  CHECK(Tensor::scalar(2.5).item() == 2.5);
+  CHECK_THROWS_HEADROOM(Tensor::from_vector<float>({1, 2, 3}, {2, 2}), "cannot fill shape (2,2)");
+  CHECK_THROWS_HEADROOM(t.item(), "expected a tensor with one element");
+}
+
+TEST_CASE("views share storage and follow numpy semantics") {
+  Tensor t = Tensor::arange(24).reshape({2, 3, 4});
+  Tensor p = t.permute({2, 0, 1});
+  CHECK(p.shape() == Shape{4, 2, 3});
+  CHECK(p.same_storage(t));
+  CHECK_FALSE(p.is_contiguous());
+  // p[i, j, k] == t[j, k, i]
+  std::vector<float> pv = p.to_vector<float>();
+  std::vector<float> tv = t.to_vector<float>();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 2; ++j)
+      for (int k = 0; k < 3; ++k) CHECK(pv[(i * 2 + j) * 3 + k] == tv[(j * 3 + k) * 4 + i]);
+  CHECK(t.slice(2, 1, 4, 2).to_vector<float>() == std::vector<float>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23});
+  CHECK(t.slice(1, -1, 3).to_vector<float>() == std::vector<float>{8, 9, 10, 11, 20, 21, 22, 23});
+  CHECK(t.select(0, 1).shape() == Shape{3, 4});
+  CHECK(t.narrow(1, 1, 1).to_vector<float>() == std::vector<float>{4, 5, 6, 7, 16, 17, 18, 19});
+  Tensor e = Tensor::from_vector<float>({1, 2, 3}, {3, 1}).expand({2, 3, 4});
+  CHECK(e.strides() == Strides{0, 1, 0});
+  CHECK(e.to_vector<float>()[5] == 2);
+  CHECK(t.transpose(0, 2).contiguous().is_contiguous());
+  CHECK(t.flatten(1).shape() == Shape{2, 12});
+  CHECK(t.unsqueeze(-1).shape() == Shape{2, 3, 4, 1});
+  CHECK(t.unsqueeze(1).squeeze(1).shape() == Shape{2, 3, 4});
+  CHECK(t.reshape({-1, 4}).shape() == Shape{6, 4});
+  CHECK_THROWS_HEADROOM(t.permute({0, 1}).numel(), "got 2 dimensions");
+  CHECK_THROWS_HEADROOM(t.reshape({5, -1}), "cannot infer -1");
+  CHECK_THROWS_HEADROOM(p.view({24}), "is not contiguous");
+  CHECK_THROWS_HEADROOM(t.expand({2, 5, 4}), "cannot expand shape (2,3,4)");
+  CHECK_THROWS_HEADROOM(t.size(3), "dimension 3 is out of range");
+}
+
+TEST_CASE("reshape of a non-contiguous tensor copies; writes through views are seen") {
+  Tensor t = Tensor::arange(6).reshape({2, 3});
+  Tensor r = t.t().reshape({6});
+  CHECK_FALSE(r.same_storage(t));
+  CHECK(r.to_vector<float>() == std::vector<float>{0, 3, 1, 4, 2, 5});
+  Tensor row = t.select(0, 1);
+  row.fill_(9);
+  CHECK(t.to_vector<float>() == std::vector<float>{0, 1, 2, 9, 9, 9});
+  CHECK(t.version() == 1);
+}
+
+TEST_CASE("cat, stack and dtype conversion") {
+  Tensor a = Tensor::from_vector<float>({1, 2}, {1, 2});
+  Tensor b = Tensor::from_vector<float>({3, 4, 5, 6}, {2, 2});
+  CHECK(cat({a, b}, 0).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK(stack({b, b}, 1).shape() == Shape{2, 2, 2});
+  CHECK(stack({b, b}, 1).to_vector<float>() == std::vector<float>{3, 4, 3, 4, 5, 6, 5, 6});
+  CHECK(b.to(DType::i32).dtype() == DType::i32);
+  CHECK(Tensor::from_vector<float>({1.7f, -2.2f}).to(DType::i32).to_vector<int32_t>() == std::vector<int32_t>{1, -2});
+  CHECK_THROWS_HEADROOM(cat({a, b.t().reshape({1, 4})}, 0), "differ outside dimension 0");
+  CHECK_THROWS_HEADROOM(cat({a, a.to(DType::f64)}, 0), "dtypes differ");
+}
+
+TEST_CASE("printing") {
+  Tensor t = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
+  CHECK(t.str() == "tensor([[1, 2],\n        [3, 4]], shape=(2,2), dtype=f32)");
+  CHECK(Tensor::arange(10, DType::i32).str() == "tensor([0, 1, 2, ..., 7, 8, 9], shape=(10), dtype=i32)");
+}
+
+TEST_CASE("rng is counter based, seeded and reproducible") {
+  Generator g1(42), g2(42), g3(43);
+  Tensor a = Tensor::randn({1000}, g1);
+  CHECK(a.to_vector<float>() == Tensor::randn({1000}, g2).to_vector<float>());
+  CHECK(a.to_vector<float>() != Tensor::randn({1000}, g3).to_vector<float>());
+  CHECK(g1.offset() == 2000);
+  std::vector<float> v = a.to_vector<float>();
+  double mean = 0, var = 0;
+  for (float x : v) mean += x / 1000.0;
+  for (float x : v) var += (x - mean) * (x - mean) / 1000.0;
+  CHECK(std::abs(mean) < 0.1);
+  CHECK(std::abs(var - 1) < 0.1);
+  std::vector<float> u = Tensor::rand({1000}, g1, DType::f32, -2, 2).to_vector<float>();
+  CHECK(*std::min_element(u.begin(), u.end()) >= -2);
+  CHECK(*std::max_element(u.begin(), u.end()) < 2);
+}
+
+TEST_CASE("devices: parsing, and CUDA entry points without CUDA") {
+  CHECK(Device::parse("cuda:1") == Device::cuda(1));
+  CHECK(Device::parse("cpu").is_cpu());
+  CHECK_THROWS_HEADROOM(Device::parse("tpu"), "cannot parse device 'tpu'");
+  if (!cuda::is_available()) {
+    CHECK_THROWS_HEADROOM(Tensor::zeros({2}, DType::f32, Device::cuda()), "built without CUDA");
+    CHECK_THROWS_HEADROOM(Tensor::zeros({2}).to(Device::cuda()), "built without CUDA");
+  }
+}
+
+TEST_CASE("memory is returned when tensors die") {
+  size_t before = cpu_backend().memory_stats().active_bytes;
+  {
+    Tensor big = Tensor::zeros({1024, 1024});
+    CHECK(cpu_backend().memory_stats().active_bytes >= before + 4 * 1024 * 1024);
+  }
+  CHECK(cpu_backend().memory_stats().active_bytes == before);
+}
