@@ -11,3 +11,4 @@
 #include "headroom/autograd/gradcheck.h"
 #include "headroom/autograd/node.h"
 #include "headroom/ops/shape.h"
+#include "headroom/ops/routing.h"
