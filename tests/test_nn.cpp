@@ -172,6 +172,29 @@ TEST_CASE("gradcheck rms_norm with and without weight") {
   check_gradcheck([](const Inputs& in) { return rms_norm(in[0].permute({2, 1, 0}), Tensor(), 1e-3); }, {x});
 }
 
+TEST_CASE("large inputs (the parallel kernels) agree with loop references, gradients included") {
+  const int64_t rows = 64, d = 600;  // above the kernels' parallel threshold; d spans column blocks
+  Tensor x = randn({rows, d}, 71, DType::f32).set_requires_grad();
+  Tensor w = randn({d}, 72, DType::f32).set_requires_grad(), b = randn({d}, 73, DType::f32).set_requires_grad();
+  Tensor dy = randn({rows, d}, 74, DType::f32);
+  std::vector<double> xs = x.to_vector<double>(), dys = dy.to_vector<double>();
+  CHECK_CLOSE(softmax(x).to_vector<double>(), naive_softmax(xs, {rows, d}, 1, false), 1e-7, 1e-5);
+
+  Tensor y = layer_norm(x, w, b);
+  CHECK_CLOSE(y.to_vector<double>(), naive_norm(xs, d, w.to_vector<double>(), b.to_vector<double>(), 1e-5, true),
+              1e-5, 0);
+  y.backward(dy);
+  // dbias = column sums of dy, dweight = column sums of dy * xhat.
+  std::vector<double> xhat = naive_norm(xs, d, {}, {}, 1e-5, true), dweight(d, 0.0), dbias(d, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; ++j) {
+      dweight[j] += dys[r * d + j] * xhat[r * d + j];
+      dbias[j] += dys[r * d + j];
+    }
+  CHECK_CLOSE(w.grad().to_vector<double>(), dweight, 1e-4, 1e-5);
+  CHECK_CLOSE(b.grad().to_vector<double>(), dbias, 1e-4, 1e-5);
+}
+
 // ---- dropout ---------------------------------------------------------------------
 
 TEST_CASE("dropout follows the generator's draws and scales the kept elements") {
