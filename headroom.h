@@ -12,3 +12,4 @@
 #include "headroom/autograd/node.h"
 #include "headroom/ops/shape.h"
 #include "headroom/ops/routing.h"
+#include "headroom/ops/nn.h"
