@@ -135,8 +135,10 @@ Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, in
 //   x: [R, in] -> x[seg e] · w[e]: [R, out];  transpose_w: x: [R, out] -> x[seg e] · w[e]ᵀ: [R, in]
 Tensor segment_gemm(const Tensor& x, const Tensor& w, const Tensor& offsets, bool transpose_w) {
   const int64_t in = w.size(1), out_features = w.size(2);
-  Tensor out = Tensor::zeros({x.size(0), transpose_w ? in : out_features}, x.dtype());
-  if (in == 0 || out_features == 0) return out;  // BLAS rejects zero leading dimensions
+  const Shape out_shape = {x.size(0), transpose_w ? in : out_features};
+  // BLAS rejects zero leading dimensions; an empty product is all zeros.
+  if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, x.dtype());
+  Tensor out = Tensor::empty(out_shape, x.dtype());  // the segments cover every row
   Tensor a = x.contiguous(), b = w.contiguous();
   dispatch_floating(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -149,8 +151,8 @@ Tensor segment_gemm(const Tensor& x, const Tensor& w, const Tensor& offsets, boo
 // dw[e] = x[seg e]ᵀ · dy[seg e]: [E, in, out], zero for empty segments.
 Tensor segment_gemm_weight_grad(const Tensor& x, const Tensor& dy, const Tensor& offsets,
                                 const Shape& w_shape) {
-  Tensor dw = Tensor::zeros(w_shape, x.dtype());
-  if (shape_numel(w_shape) == 0) return dw;
+  if (shape_numel(w_shape) == 0) return Tensor::zeros(w_shape, x.dtype());
+  Tensor dw = Tensor::empty(w_shape, x.dtype());  // the kernel zeroes slices no row uses
   Tensor a = x.contiguous(), b = dy.contiguous();
   dispatch_floating(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
