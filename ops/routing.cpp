@@ -5,6 +5,7 @@
 // kernels, so no kernel exists twice.
 #include "headroom/ops/routing.h"
 
+#include <utility>
 #include <vector>
 
 #include "headroom/autograd/node.h"
@@ -74,8 +75,8 @@ void check_plan(const char* op, const RoutePlan& plan) {
       {&plan.position, plan.rows()},          {&plan.segment, plan.rows()},
       {&plan.counts, plan.num_segments}};
   for (const auto& [t, numel] : expected) {
-    HEADROOM_CHECK(t->defined() && t->dtype() == DType::i32 && t->device().is_cpu() &&
-                       t->is_contiguous() && t->numel() == numel,
+    HEADROOM_CHECK(t->defined() && t->dtype() == DType::i32 && t->device().is_cpu() && t->is_contiguous() &&
+                       t->numel() == numel,
                    "[", op, "] the route plan (", plan.num_tokens, " tokens, k=", plan.k, ", ",
                    plan.num_segments, " segments) is not one route() built for these sizes");
   }
@@ -105,8 +106,8 @@ Tensor gather_slots(const Tensor& x, const Tensor& gates, const Tensor& order, i
 
 // [N, D]: out[t] = sum_j gates[t, j] * y[position[t*k + j]], j ascending (gates
 // undefined = 1).  The transpose of gather_slots.  y: [N*k, D]  position: [N*k]
-Tensor combine_slots(const Tensor& y, const Tensor& gates, const Tensor& position, int64_t k) {
-  const int64_t tokens = position.numel() / k;
+Tensor combine_slots(const Tensor& y, const Tensor& gates, const Tensor& position, int64_t tokens,
+                     int64_t k) {
   Tensor src = y.contiguous(), weight = gates.defined() ? gates.contiguous() : gates;
   std::vector<int32_t> starts(tokens + 1);  // token t's slots are pairs [t*k, t*k + k)
   for (int64_t t = 0; t <= tokens; ++t) starts[t] = int32_t(t * k);
@@ -120,13 +121,13 @@ Tensor combine_slots(const Tensor& y, const Tensor& gates, const Tensor& positio
 }
 
 // [N, k]: dots[t, j] = <y[position[t*k + j]], dout[t]>, the gates' gradient.
-Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, int64_t k) {
+Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, int64_t tokens, int64_t k) {
   Tensor a = y.contiguous(), b = dout.contiguous();
-  Tensor out = Tensor::empty({position.numel() / k, k}, y.dtype());
+  Tensor out = Tensor::empty({tokens, k}, y.dtype());
   dispatch_floating(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::row_dots<T>(a.data<T>(), position.data<int32_t>(), b.data<T>(), k, y.size(1),
-                     position.numel(), out.data<T>());
+    cpu::row_dots<T>(a.data<T>(), position.data<int32_t>(), b.data<T>(), k, y.size(1), position.numel(),
+                     out.data<T>());
   });
   return out;
 }
@@ -142,8 +143,8 @@ Tensor segment_gemm(const Tensor& x, const Tensor& w, const Tensor& offsets, boo
   Tensor a = x.contiguous(), b = w.contiguous();
   dispatch_floating(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::segment_matmul<T>(a.data<T>(), b.data<T>(), offsets.data<int32_t>(), w.size(0), in,
-                           out_features, transpose_w, out.data<T>());
+    cpu::segment_matmul<T>(a.data<T>(), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features,
+                           transpose_w, out.data<T>());
   });
   return out;
 }
@@ -234,24 +235,23 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
   else dispatch_floating(x.dtype(), gather);
 
   const Shape in_shape = x.shape();
-  autograd::record(out, "index_select", {x}, {index},
-                   [in_shape, outer, size, inner](const autograd::Saved& s, const Tensor& g,
-                                                 autograd::Grads& grads) {
-                     // g: [outer, count, inner]  ->  dx: [outer, size, inner]; a route plan
-                     // over the indices lists, per destination, the rows that chose it in order.
-                     Tensor dx = Tensor::zeros(in_shape, g.dtype()), dout = g.contiguous();
-                     const int64_t count = s[0].numel();
-                     if (dx.numel() == 0 || count == 0) return grads.add(0, dx);
-                     RoutePlan plan = route(s[0].reshape({count, 1}), size);
-                     dispatch_floating(g.dtype(), [&](auto zero) {
-                       using T = decltype(zero);
-                       for (int64_t o = 0; o < outer; ++o)
-                         cpu::sum_rows<T>(dout.data<T>() + o * count * inner, inner,
-                                          plan.offsets.data<int32_t>(), plan.order.data<int32_t>(),
-                                          nullptr, size, dx.data<T>() + o * size * inner);
-                     });
-                     grads.add(0, dx);
-                   });
+  autograd::record(
+      out, "index_select", {x}, {index},
+      [in_shape, outer, size, inner](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+        // g: [outer, count, inner]  ->  dx: [outer, size, inner]; a route plan
+        // over the indices lists, per destination, the rows that chose it in order.
+        Tensor dx = Tensor::zeros(in_shape, g.dtype()), dout = g.contiguous();
+        const int64_t count = s[0].numel();
+        if (dx.numel() == 0 || count == 0) return grads.add(0, dx);
+        RoutePlan plan = route(s[0].reshape({count, 1}), size);
+        dispatch_floating(g.dtype(), [&](auto zero) {
+          using T = decltype(zero);
+          for (int64_t o = 0; o < outer; ++o)
+            cpu::sum_rows<T>(dout.data<T>() + o * count * inner, inner, plan.offsets.data<int32_t>(),
+                             plan.order.data<int32_t>(), nullptr, size, dx.data<T>() + o * size * inner);
+        });
+        grads.add(0, dx);
+      });
   return out;
 }
 
@@ -266,10 +266,10 @@ Tensor gather_rows(const Tensor& x, const RoutePlan& plan) {
                  shape_str(x.shape()));
   // x: [N, D]  ->  grouped: [N*k, D]
   Tensor grouped = gather_slots(x, Tensor(), plan.order, plan.k);
-  const int64_t k = plan.k;
+  const int64_t tokens = plan.num_tokens, k = plan.k;
   autograd::record(grouped, "gather_rows", {x}, {plan.position},
-                   [k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-                     grads.add(0, combine_slots(g, Tensor(), s[0], k));  // dx: [N, D]
+                   [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     grads.add(0, combine_slots(g, Tensor(), s[0], tokens, k));  // dx: [N, D]
                    });
   return grouped;
 }
@@ -279,20 +279,18 @@ Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const Rout
   check_floating("scatter_add_rows", y_grouped, "y_grouped");
   check_plan("scatter_add_rows", plan);
   HEADROOM_CHECK(y_grouped.dim() == 2 && y_grouped.size(0) == plan.rows(),
-                 "[scatter_add_rows] expected y_grouped of shape [", plan.rows(),
-                 ", D] for a plan of ", plan.num_tokens, " tokens with k=", plan.k, ", got ",
-                 shape_str(y_grouped.shape()));
+                 "[scatter_add_rows] expected y_grouped of shape [", plan.rows(), ", D] for a plan of ",
+                 plan.num_tokens, " tokens with k=", plan.k, ", got ", shape_str(y_grouped.shape()));
   if (gates.defined()) check_cpu("scatter_add_rows", {gates});
   check_gates("scatter_add_rows", gates, y_grouped, plan);
   // y_grouped: [N*k, D], gates: [N, k]  ->  out: [N, D]
-  Tensor out = combine_slots(y_grouped, gates, plan.position, plan.k);
-  const int64_t k = plan.k;
-  autograd::record(out, "scatter_add_rows", {y_grouped, gates},
-                   {y_grouped, gates, plan.order, plan.position},
-                   [k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+  const int64_t tokens = plan.num_tokens, k = plan.k;
+  Tensor out = combine_slots(y_grouped, gates, plan.position, tokens, k);
+  autograd::record(out, "scatter_add_rows", {y_grouped, gates}, {y_grouped, gates, plan.order, plan.position},
+                   [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      const Tensor &y = s[0], &gates = s[1], &order = s[2], &position = s[3];
-                     if (grads.wants(0)) grads.add(0, gather_slots(g, gates, order, k));  // [N*k, D]
-                     if (grads.wants(1)) grads.add(1, slot_dots(y, g, position, k));      // [N, k]
+                     if (grads.wants(0)) grads.add(0, gather_slots(g, gates, order, k));      // [N*k, D]
+                     if (grads.wants(1)) grads.add(1, slot_dots(y, g, position, tokens, k));  // [N, k]
                    });
   return out;
 }
@@ -306,13 +304,13 @@ Tensor segment_matmul(const Tensor& x_grouped, const Tensor& weight, const Route
   check_plan("segment_matmul", plan);
   HEADROOM_CHECK(weight.dim() == 3, "[segment_matmul] expected weights of shape [E, in, out], got ",
                  shape_str(weight.shape()));
-  HEADROOM_CHECK(weight.size(0) == plan.num_segments, "[segment_matmul] the plan has ",
-                 plan.num_segments, " segments but weights have shape ", shape_str(weight.shape()));
-  HEADROOM_CHECK(x_grouped.dim() == 2 && x_grouped.size(0) == plan.rows() &&
-                     x_grouped.size(1) == weight.size(1),
-                 "[segment_matmul] expected x_grouped of shape (", plan.rows(), ",", weight.size(1),
-                 ") for a plan of ", plan.rows(), " grouped rows and weights of shape ",
-                 shape_str(weight.shape()), ", got ", shape_str(x_grouped.shape()));
+  HEADROOM_CHECK(weight.size(0) == plan.num_segments, "[segment_matmul] the plan has ", plan.num_segments,
+                 " segments but weights have shape ", shape_str(weight.shape()));
+  HEADROOM_CHECK(
+      x_grouped.dim() == 2 && x_grouped.size(0) == plan.rows() && x_grouped.size(1) == weight.size(1),
+      "[segment_matmul] expected x_grouped of shape (", plan.rows(), ",", weight.size(1), ") for a plan of ",
+      plan.rows(), " grouped rows and weights of shape ", shape_str(weight.shape()), ", got ",
+      shape_str(x_grouped.shape()));
   // x: [N*k, in], w: [E, in, out]  ->  y: [N*k, out]
   Tensor y = segment_gemm(x_grouped, weight, plan.offsets, /*transpose_w=*/false);
   autograd::record(y, "segment_matmul", {x_grouped, weight}, {x_grouped, weight, plan.offsets},

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "helpers.h"
 #include "headroom/ops/routing.h"
+#include "helpers.h"
 
 using namespace headroom;
 
@@ -63,8 +63,7 @@ TEST_CASE("routing: route() offsets, stable order and inverse maps on random ind
                        position = plan.position.to_vector<int32_t>(),
                        offsets = plan.offsets.to_vector<int32_t>();
   for (int64_t e = 0; e < segments; ++e) {
-    CHECK(offsets[e + 1] - offsets[e] ==
-          std::count(chosen.begin(), chosen.end(), int32_t(e)));
+    CHECK(offsets[e + 1] - offsets[e] == std::count(chosen.begin(), chosen.end(), int32_t(e)));
     for (int32_t r = offsets[e]; r < offsets[e + 1]; ++r) {
       CHECK(chosen[order[r]] == e);
       CHECK(plan.segment_of_row(r) == e);
@@ -83,7 +82,8 @@ TEST_CASE("routing: route() errors") {
                         "[route] index -1 of token 1 is outside [0, 4)");
   CHECK_THROWS_HEADROOM(route(Tensor::zeros({2, 2}), 4), "[route] expected indices of dtype i32, got f32");
   CHECK_THROWS_HEADROOM(route(Tensor::zeros({4}, DType::i32), 4), "[route] expected indices of shape [N, k]");
-  CHECK_THROWS_HEADROOM(route(Tensor::zeros({2, 1}, DType::i32), 0), "[route] number of segments must be >= 1");
+  CHECK_THROWS_HEADROOM(route(Tensor::zeros({2, 1}, DType::i32), 0),
+                        "[route] number of segments must be >= 1");
 }
 
 // ---- topk ----------------------------------------------------------------------
@@ -116,7 +116,8 @@ TEST_CASE("routing: topk matches a stable-sort reference, values and gradient") 
   std::vector<int32_t> indices = result.indices.to_vector<int32_t>();
   Tensor seed = Tensor::randn({4, 3, k}, gen, DType::f64);
   result.values.backward(seed);
-  std::vector<double> seeds = seed.to_vector<double>(), grad = base.grad().permute({2, 0, 1}).to_vector<double>();
+  std::vector<double> seeds = seed.to_vector<double>(),
+                      grad = base.grad().permute({2, 0, 1}).to_vector<double>();
   std::vector<double> expected_grad(xs.size(), 0.0);
   for (int64_t row = 0; row < 12; ++row) {
     std::vector<double> v(xs.begin() + row * 9, xs.begin() + (row + 1) * 9);
@@ -138,9 +139,11 @@ TEST_CASE("routing: topk gradcheck (f64, non-contiguous)") {
 }
 
 TEST_CASE("routing: topk errors") {
-  CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}), 9), "[topk] k=9 exceeds the size 8 of the last dimension");
+  CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}), 9),
+                        "[topk] k=9 exceeds the size 8 of the last dimension");
   CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}), 0), "[topk] k must be at least 1");
-  CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}, DType::i32), 1), "[topk] expected input of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}, DType::i32), 1),
+                        "[topk] expected input of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(topk(Tensor::scalar(1), 1), "[topk] expected at least one dimension");
 }
 
@@ -196,9 +199,12 @@ TEST_CASE("routing: index_select errors") {
                         "[index_select] index 5 at position 1 is out of range for dimension 0 of size 5");
   CHECK_THROWS_HEADROOM(index_select(x, 1, Tensor::from_vector<int32_t>({-1})),
                         "[index_select] index -1 at position 0 is out of range");
-  CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::zeros({2})), "[index_select] expected indices of dtype i32, got f32");
-  CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::zeros({1, 2}, DType::i32)), "[index_select] expected 0-d or 1-d");
-  CHECK_THROWS_HEADROOM(index_select(x, 2, Tensor::zeros({1}, DType::i32)), "[index_select] dimension 2 is out of range");
+  CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::zeros({2})),
+                        "[index_select] expected indices of dtype i32, got f32");
+  CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::zeros({1, 2}, DType::i32)),
+                        "[index_select] expected 0-d or 1-d");
+  CHECK_THROWS_HEADROOM(index_select(x, 2, Tensor::zeros({1}, DType::i32)),
+                        "[index_select] dimension 2 is out of range");
 }
 
 // ---- gather_rows / scatter_add_rows ---------------------------------------------------
@@ -213,7 +219,8 @@ TEST_CASE("routing: gather_rows and scatter_add_rows match slot loops and are tr
   std::vector<double> xs = x.to_vector<double>(), ys = y.to_vector<double>(), gs = gates.to_vector<double>();
   std::vector<int32_t> position = plan.position.to_vector<int32_t>();
 
-  std::vector<double> gathered(tokens * k * width), combined(tokens * width, 0.0), summed(tokens * width, 0.0);
+  std::vector<double> gathered(tokens * k * width), combined(tokens * width, 0.0),
+      summed(tokens * width, 0.0);
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j)
       for (int64_t c = 0; c < width; ++c) {
@@ -246,7 +253,9 @@ TEST_CASE("routing: gather_rows and scatter_add_rows gradchecks (f64, non-contig
   auto scatter = [&](const std::vector<Tensor>& in) { return scatter_add_rows(in[0], in[1].t(), plan); };
   r = gradcheck(scatter, {y, gates_t});
   CHECK_MESSAGE(r.ok, r.message);
-  auto unit = [&](const std::vector<Tensor>& in) { return scatter_add_rows(in[0].slice(1, 0, 3, 2), Tensor(), plan); };
+  auto unit = [&](const std::vector<Tensor>& in) {
+    return scatter_add_rows(in[0].slice(1, 0, 3, 2), Tensor(), plan);
+  };
   r = gradcheck(unit, {y});
   CHECK_MESSAGE(r.ok, r.message);
 }
@@ -255,16 +264,20 @@ TEST_CASE("routing: gather_rows and scatter_add_rows errors") {
   RoutePlan plan = route(random_indices(4, 2, 3, 1), 3);
   CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({5, 3}), plan),
                         "[gather_rows] expected x of shape [4, D] for a plan of 4 tokens, got (5,3)");
-  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}, DType::i32), plan), "[gather_rows] expected input of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}, DType::i32), plan),
+                        "[gather_rows] expected input of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), RoutePlan()), "[gather_rows] the route plan");
   RoutePlan tampered = plan;
   tampered.k = 3;
-  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), tampered), "is not one route() built for these sizes");
+  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), tampered),
+                        "is not one route() built for these sizes");
 
-  CHECK_THROWS_HEADROOM(scatter_add_rows(Tensor::zeros({6, 3}), Tensor(), plan),
-                        "[scatter_add_rows] expected y_grouped of shape [8, D] for a plan of 4 tokens with k=2, got (6,3)");
-  CHECK_THROWS_HEADROOM(scatter_add_rows(Tensor::zeros({8, 3}), Tensor::zeros({4, 3}), plan),
-                        "[scatter_add_rows] gates have shape (4,3) but the plan routes 4 tokens with k=2, expected (4,2)");
+  CHECK_THROWS_HEADROOM(
+      scatter_add_rows(Tensor::zeros({6, 3}), Tensor(), plan),
+      "[scatter_add_rows] expected y_grouped of shape [8, D] for a plan of 4 tokens with k=2, got (6,3)");
+  CHECK_THROWS_HEADROOM(
+      scatter_add_rows(Tensor::zeros({8, 3}), Tensor::zeros({4, 3}), plan),
+      "[scatter_add_rows] gates have shape (4,3) but the plan routes 4 tokens with k=2, expected (4,2)");
   CHECK_THROWS_HEADROOM(scatter_add_rows(Tensor::zeros({8, 3}), Tensor::zeros({4, 2}, DType::f64), plan),
                         "[scatter_add_rows] expected gates of dtype f32, got f64");
 }
@@ -302,8 +315,8 @@ TEST_CASE("routing: segment_matmul matches a per-row loop; an unused weight slic
 
 TEST_CASE("routing: segment_matmul gradcheck (f64, non-contiguous x and W, an empty segment)") {
   RoutePlan plan = route(Tensor::from_vector<int32_t>({0, 2, 2, 0, 3, 2}, {3, 2}), 4);
-  Tensor x_t = param({3, 6}, 4);           // x = x_tᵀ: [6, 3]
-  Tensor w_p = param({4, 2, 3}, 5);        // W = permuted: [4, 3, 2]
+  Tensor x_t = param({3, 6}, 4);     // x = x_tᵀ: [6, 3]
+  Tensor w_p = param({4, 2, 3}, 5);  // W = permuted: [4, 3, 2]
   auto fn = [&](const std::vector<Tensor>& in) {
     return segment_matmul(in[0].t(), in[1].transpose(1, 2), plan);
   };
@@ -317,15 +330,33 @@ TEST_CASE("routing: segment_matmul errors") {
                         "[segment_matmul] the plan has 12 segments but weights have shape (8,512,64)");
   RoutePlan plan = route(random_indices(4, 2, 3, 2), 3);
   CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({7, 5}), Tensor::zeros({3, 5, 2}), plan),
-                        "[segment_matmul] expected x_grouped of shape (8,5) for a plan of 8 grouped rows and weights of shape (3,5,2), got (7,5)");
+                        "[segment_matmul] expected x_grouped of shape (8,5) for a plan of 8 grouped rows and "
+                        "weights of shape (3,5,2), got (7,5)");
   CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 4}), Tensor::zeros({3, 5, 2}), plan),
                         "expected x_grouped of shape (8,5)");
   CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 5}), Tensor::zeros({3, 5, 2}, DType::f64), plan),
                         "[segment_matmul] expected weight of dtype f32, got f64");
-  CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 5}, DType::i32), Tensor::zeros({3, 5, 2}, DType::i32), plan),
-                        "[segment_matmul] expected x_grouped of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(
+      segment_matmul(Tensor::zeros({8, 5}, DType::i32), Tensor::zeros({3, 5, 2}, DType::i32), plan),
+      "[segment_matmul] expected x_grouped of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 5}), Tensor::zeros({15, 2}), plan),
                         "[segment_matmul] expected weights of shape [E, in, out], got (15,2)");
+}
+
+TEST_CASE("routing: empty cases: no tokens, no slots, zero-width weights") {
+  RoutePlan no_tokens = route(Tensor::zeros({0, 2}, DType::i32), 3);
+  CHECK(gather_rows(Tensor::zeros({0, 4}), no_tokens).shape() == Shape{0, 4});
+  CHECK(scatter_add_rows(Tensor::zeros({0, 4}), Tensor::zeros({0, 2}), no_tokens).shape() == Shape{0, 4});
+  CHECK(segment_matmul(Tensor::zeros({0, 4}), Tensor::zeros({3, 4, 2}), no_tokens).shape() == Shape{0, 2});
+
+  RoutePlan no_slots = route(Tensor::zeros({3, 0}, DType::i32), 2);
+  CHECK(gather_rows(Tensor::ones({3, 4}), no_slots).shape() == Shape{0, 4});
+  CHECK(scatter_add_rows(Tensor::zeros({0, 4}), Tensor(), no_slots).to_vector<float>() ==
+        std::vector<float>(12, 0.0f));
+
+  RoutePlan plan = route(Tensor::from_vector<int32_t>({1, 0, 1}, {3, 1}), 2);
+  CHECK(segment_matmul(Tensor::ones({3, 0}), Tensor::ones({2, 0, 2}), plan).to_vector<float>() ==
+        std::vector<float>(6, 0.0f));
 }
 
 // ---- a whole MoE layer against a per-token, per-slot loop ------------------------------
@@ -370,7 +401,8 @@ void check_moe_layer(const MoeCase& c, DType dtype, double tolerance) {
       const double g = gates[t * c.k + j];
       for (int64_t h = 0; h < c.hidden; ++h) {
         double expert_out = 0;  // (x[t] · W[e])[h]
-        for (int64_t d = 0; d < c.dim; ++d) expert_out += xs[t * c.dim + d] * ws[(e * c.dim + d) * c.hidden + h];
+        for (int64_t d = 0; d < c.dim; ++d)
+          expert_out += xs[t * c.dim + d] * ws[(e * c.dim + d) * c.hidden + h];
         const double dout = ss[t * c.hidden + h];
         want_out[t * c.hidden + h] += g * expert_out;
         want_dlogits[t * c.experts + e] += expert_out * dout;
@@ -419,7 +451,8 @@ TEST_CASE("routing: a larger MoE layer runs the parallel paths, matches the loop
   const MoeCase big{"parallel", 300, 48, 40, 6, 2, 0, 0};
   check_moe_layer(big, DType::f64, 1e-10);
   auto run = [&] {
-    Tensor x = param({big.tokens, big.dim}, 1, DType::f32), w = param({big.experts, big.dim, big.hidden}, 2, DType::f32);
+    Tensor x = param({big.tokens, big.dim}, 1, DType::f32),
+           w = param({big.experts, big.dim, big.hidden}, 2, DType::f32);
     RoutePlan plan = route(random_indices(big.tokens, big.k, big.experts, 3), big.experts);
     Tensor gates = param({big.tokens, big.k}, 4, DType::f32);
     Tensor out = scatter_add_rows(segment_matmul(gather_rows(x, plan), w, plan), gates, plan);

@@ -25,8 +25,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
 }
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const double* a,
           int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c,
-              int(ldc));
+  cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
 }
 
 // Calls fn(e, first_row, rows) once per non-empty segment.  Segments run in
@@ -116,8 +115,8 @@ void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t*
 }
 
 template <typename T>
-void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width,
-              int64_t pairs, T* out) {
+void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs,
+              T* out) {
 #pragma omp parallel for if (pairs * width > kParallelElements)
   for (int64_t p = 0; p < pairs; ++p) {
     const T* u = a + int64_t(a_row[p]) * width;
@@ -135,17 +134,17 @@ void segment_matmul(const T* x, const T* w, const int32_t* offsets, int64_t segm
   const int64_t x_width = transpose_w ? out_features : in;
   const int64_t y_width = transpose_w ? in : out_features;
   for_each_segment(offsets, segments, [&](int64_t e, int64_t first, int64_t rows) {
-    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, rows, y_width, x_width,
-         x + first * x_width, x_width, w + e * in * out_features, out_features, out + first * y_width,
-         y_width);
+    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, rows, y_width, x_width, x + first * x_width,
+         x_width, w + e * in * out_features, out_features, out + first * y_width, y_width);
   });
 }
 
 template <typename T>
-void segment_matmul_weight_grad(const T* x, const T* dy, const int32_t* offsets, int64_t segments,
-                                int64_t in, int64_t out_features, T* dw) {
+void segment_matmul_weight_grad(const T* x, const T* dy, const int32_t* offsets, int64_t segments, int64_t in,
+                                int64_t out_features, T* dw) {
   for (int64_t e = 0; e < segments; ++e)  // a weight slice no row uses gets 0
-    if (offsets[e + 1] == offsets[e]) std::fill(dw + e * in * out_features, dw + (e + 1) * in * out_features, T(0));
+    if (offsets[e + 1] == offsets[e])
+      std::fill(dw + e * in * out_features, dw + (e + 1) * in * out_features, T(0));
   // dw[e]: [in, out] = x[seg]ᵀ [in, rows] · dy[seg] [rows, out]
   for_each_segment(offsets, segments, [&](int64_t e, int64_t first, int64_t rows) {
     gemm(CblasTrans, CblasNoTrans, in, out_features, rows, x + first * in, in, dy + first * out_features,
@@ -153,25 +152,25 @@ void segment_matmul_weight_grad(const T* x, const T* dy, const int32_t* offsets,
   });
 }
 
-#define HEADROOM_ROUTING_FLOAT_KERNELS(T)                                                              \
-  template void topk_indices<T>(const T*, int64_t, int64_t, int64_t, int32_t*);                      \
-  template void take_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);         \
-  template void put_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);          \
-  template void sum_rows<T>(const T*, int64_t, const int32_t*, const int32_t*, const T*, int64_t, T*); \
-  template void row_dots<T>(const T*, const int32_t*, const T*, int64_t, int64_t, int64_t, T*);      \
-  template void segment_matmul<T>(const T*, const T*, const int32_t*, int64_t, int64_t, int64_t,     \
-                                  bool, T*);                                                         \
-  template void segment_matmul_weight_grad<T>(const T*, const T*, const int32_t*, int64_t, int64_t,  \
-                                              int64_t, T*);
+#define HEADROOM_ROUTING_FLOAT_KERNELS(T)                                                                    \
+  template void topk_indices<T>(const T*, int64_t, int64_t, int64_t, int32_t*);                              \
+  template void take_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                 \
+  template void put_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                  \
+  template void sum_rows<T>(const T*, int64_t, const int32_t*, const int32_t*, const T*, int64_t, T*);       \
+  template void row_dots<T>(const T*, const int32_t*, const T*, int64_t, int64_t, int64_t, T*);              \
+  template void segment_matmul<T>(const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, bool, T*);  \
+  template void segment_matmul_weight_grad<T>(const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
+                                              T*);
 HEADROOM_ROUTING_FLOAT_KERNELS(float)
 HEADROOM_ROUTING_FLOAT_KERNELS(double)
 #undef HEADROOM_ROUTING_FLOAT_KERNELS
 
 // index_select also moves integer tensors.
-template void gather_rows<float>(const float*, int64_t, const int32_t*, int64_t, const float*, int64_t, float*);
+template void gather_rows<float>(const float*, int64_t, const int32_t*, int64_t, const float*, int64_t,
+                                 float*);
 template void gather_rows<double>(const double*, int64_t, const int32_t*, int64_t, const double*, int64_t,
                                   double*);
-template void gather_rows<int32_t>(const int32_t*, int64_t, const int32_t*, int64_t, const int32_t*,
-                                   int64_t, int32_t*);
+template void gather_rows<int32_t>(const int32_t*, int64_t, const int32_t*, int64_t, const int32_t*, int64_t,
+                                   int32_t*);
 
 }  // namespace headroom::cpu

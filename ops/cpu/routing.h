@@ -36,8 +36,8 @@ void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t*
 
 // out[p] = <a[a_row[p]], b[p / group]> for p < pairs.   a, b: [*, width]  out: [pairs]
 template <typename T>
-void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width,
-              int64_t pairs, T* out);
+void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs,
+              T* out);
 
 // Grouped GEMM over segments of rows; offsets: [segments + 1].
 //   out[seg e] = x[seg e] · w[e]      x: [R, in]  w: [E, in, out]   out: [R, out]
@@ -48,7 +48,7 @@ void segment_matmul(const T* x, const T* w, const int32_t* offsets, int64_t segm
 // dw[e] = x[seg e]ᵀ · dy[seg e]; zero for empty segments.
 //   x: [R, in]  dy: [R, out]  dw: [E, in, out]
 template <typename T>
-void segment_matmul_weight_grad(const T* x, const T* dy, const int32_t* offsets, int64_t segments,
-                                int64_t in, int64_t out_features, T* dw);
+void segment_matmul_weight_grad(const T* x, const T* dy, const int32_t* offsets, int64_t segments, int64_t in,
+                                int64_t out_features, T* dw);
 
 }  // namespace headroom::cpu
