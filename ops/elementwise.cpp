@@ -91,33 +91,29 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary_op("minimum", cpu::BinaryOp::minimum, a, b);
 }
 
-Tensor add(const Tensor& a, double b) { return add(a, scalar_like(b, a)); }
-Tensor add(double a, const Tensor& b) { return add(scalar_like(a, b), b); }
-Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(b, a)); }
-Tensor sub(double a, const Tensor& b) { return sub(scalar_like(a, b), b); }
-Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(b, a)); }
-Tensor mul(double a, const Tensor& b) { return mul(scalar_like(a, b), b); }
-Tensor div(const Tensor& a, double b) { return div(a, scalar_like(b, a)); }
-Tensor div(double a, const Tensor& b) { return div(scalar_like(a, b), b); }
-Tensor pow(const Tensor& a, double exponent) { return pow(a, scalar_like(exponent, a)); }
-Tensor pow(double a, const Tensor& exponent) { return pow(scalar_like(a, exponent), exponent); }
-Tensor maximum(const Tensor& a, double b) { return maximum(a, scalar_like(b, a)); }
-Tensor maximum(double a, const Tensor& b) { return maximum(scalar_like(a, b), b); }
-Tensor minimum(const Tensor& a, double b) { return minimum(a, scalar_like(b, a)); }
-Tensor minimum(double a, const Tensor& b) { return minimum(scalar_like(a, b), b); }
+// The overloads with a double operand: it becomes a 0-d tensor of the other
+// operand's dtype.  The operators call the named ops.
+#define DOUBLE_ON_RIGHT(op) \
+  Tensor op(const Tensor& a, double b) { return op(a, scalar_like(b, a)); }
+#define DOUBLE_ON_EITHER_SIDE(op) \
+  DOUBLE_ON_RIGHT(op)             \
+  Tensor op(double a, const Tensor& b) { return op(scalar_like(a, b), b); }
+#define OPERATOR(symbol, op)                                                        \
+  Tensor operator symbol(const Tensor& a, const Tensor& b) { return op(a, b); } \
+  Tensor operator symbol(const Tensor& a, double b) { return op(a, b); }        \
+  Tensor operator symbol(double a, const Tensor& b) { return op(a, b); }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-Tensor operator+(double a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-Tensor operator-(double a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-Tensor operator*(double a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator/(double a, const Tensor& b) { return div(a, b); }
+DOUBLE_ON_EITHER_SIDE(add)
+DOUBLE_ON_EITHER_SIDE(sub)
+DOUBLE_ON_EITHER_SIDE(mul)
+DOUBLE_ON_EITHER_SIDE(div)
+DOUBLE_ON_EITHER_SIDE(pow)
+DOUBLE_ON_EITHER_SIDE(maximum)
+DOUBLE_ON_EITHER_SIDE(minimum)
+OPERATOR(+, add)
+OPERATOR(-, sub)
+OPERATOR(*, mul)
+OPERATOR(/, div)
 Tensor operator-(const Tensor& x) { return neg(x); }
 
 // ---- unary ---------------------------------------------------------------------------
@@ -149,12 +145,15 @@ Tensor lt(const Tensor& a, const Tensor& b) { return compare_op("lt", cpu::Compa
 Tensor le(const Tensor& a, const Tensor& b) { return compare_op("le", cpu::CompareOp::le, a, b); }
 Tensor gt(const Tensor& a, const Tensor& b) { return compare_op("gt", cpu::CompareOp::gt, a, b); }
 Tensor ge(const Tensor& a, const Tensor& b) { return compare_op("ge", cpu::CompareOp::ge, a, b); }
-Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(b, a)); }
-Tensor ne(const Tensor& a, double b) { return ne(a, scalar_like(b, a)); }
-Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(b, a)); }
-Tensor le(const Tensor& a, double b) { return le(a, scalar_like(b, a)); }
-Tensor gt(const Tensor& a, double b) { return gt(a, scalar_like(b, a)); }
-Tensor ge(const Tensor& a, double b) { return ge(a, scalar_like(b, a)); }
+DOUBLE_ON_RIGHT(eq)
+DOUBLE_ON_RIGHT(ne)
+DOUBLE_ON_RIGHT(lt)
+DOUBLE_ON_RIGHT(le)
+DOUBLE_ON_RIGHT(gt)
+DOUBLE_ON_RIGHT(ge)
+#undef DOUBLE_ON_RIGHT
+#undef DOUBLE_ON_EITHER_SIDE
+#undef OPERATOR
 
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   return logical_op("logical_and", cpu::LogicalOp::logical_and, a, b);
