@@ -13,3 +13,5 @@
 #include "headroom/ops/shape.h"
 #include "headroom/ops/routing.h"
 #include "headroom/ops/nn.h"
+#include "headroom/ops/elementwise.h"
+#include "headroom/ops/reduce.h"
