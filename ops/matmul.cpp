@@ -38,11 +38,10 @@ Shape promoted_out_shape(const Tensor& a2, const Tensor& b2) {
 }
 
 // torch.matmul's result shape: the promoted shape without the dims added for 1-D inputs.
-Shape out_shape(const Tensor& a, const Tensor& b) {
-  Shape shape = promoted_out_shape(promote_first(a), promote_second(b));
-  if (b.dim() == 1) shape.pop_back();
-  if (a.dim() == 1) shape.erase(shape.end() - (b.dim() == 1 ? 1 : 2));
-  return shape;
+Shape squeeze_promotions(Shape promoted, const Tensor& a, const Tensor& b) {
+  if (b.dim() == 1) promoted.pop_back();
+  if (a.dim() == 1) promoted.erase(promoted.end() - (b.dim() == 1 ? 1 : 2));
+  return promoted;
 }
 
 // cblas reads a [rows, cols] matrix with strides (row_stride, col_stride) in
@@ -112,20 +111,18 @@ Tensor batched_product(const Tensor& a, const Tensor& b, const Tensor& bias) {
 //   a: [..., M, K] or [K]   b: [..., K, N] or [K]   bias: [N] or undefined
 Tensor product(const Tensor& a, const Tensor& b, const Tensor& bias) {
   Tensor a2 = promote_first(a), b2 = promote_second(b);
+  const Shape shape = squeeze_promotions(promoted_out_shape(a2, b2), a, b);
   if (b2.dim() == 2 && a2.dim() > 2 && a2.is_contiguous()) {
     // [..., M, K] · [K, N]: the batch folds into the rows of one GEMM.
     const int64_t k = a2.size(-1);
     a2 = make_view(a2, {leading_rows(a2.shape()), k}, {k, 1}, a2.offset());
   }
   Tensor out = batched_product(a2, b2, bias);
-  Shape shape = out_shape(a, b);
   return shape == out.shape() ? out : make_view(out, shape, contiguous_strides(shape), 0);
 }
 
-// One floating dtype, CPU, one device for all defined inputs.
-void check_operands(const char* op, std::vector<Tensor> inputs) {
-  inputs.erase(std::remove_if(inputs.begin(), inputs.end(), [](const Tensor& t) { return !t.defined(); }),
-               inputs.end());
+// One floating dtype, CPU, one device for all inputs.
+void check_operands(const char* op, const std::vector<Tensor>& inputs) {
   check_floating(op, inputs[0]);
   for (const Tensor& t : inputs)
     HEADROOM_CHECK(t.dtype() == inputs[0].dtype(), "[", op, "] expected inputs of one dtype, got ",
@@ -201,7 +198,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   HEADROOM_CHECK(x.dim() >= 1, "[linear] expected an input of shape [..., in], got ", x.shape());
   HEADROOM_CHECK(weight.dim() == 2, "[linear] expected a weight of shape [out, in], got ", weight.shape());
-  check_operands("linear", {x, weight, bias});
+  check_operands("linear", bias.defined() ? std::vector<Tensor>{x, weight, bias} : std::vector<Tensor>{x, weight});
   const int64_t in = weight.size(1), out_features = weight.size(0);
   HEADROOM_CHECK(x.size(-1) == in, "[linear] last dimension of input with shape ", x.shape(),
                  " must match the in dimension (1) of weight with shape ", weight.shape());
