@@ -2,6 +2,7 @@
 #include "headroom/ops/cpu/matmul.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <limits>
@@ -61,14 +62,16 @@ void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, cons
     gemm_one(m, n, k, a.data + a.offsets[i], a.layout, b.data + b.offsets[i], b.layout, bias,
              c + i * m * n);
   };
-  if (batch > 1 && batch >= num_threads()) {
-    // Enough matrices to keep every thread busy: one single-threaded GEMM per thread.
-    BlasSingleThreadGuard single_threaded_blas;
-#pragma omp parallel for schedule(static)
+  // With enough matrices to keep every thread busy, one single-threaded GEMM
+  // per thread; otherwise OpenBLAS threads each GEMM.  Inside the caller's own
+  // parallel region, stay on the calling thread.
+  if (omp_in_parallel() || batch < std::max(2, num_threads())) {
     for (int64_t i = 0; i < batch; ++i) one(i);
-  } else {
-    for (int64_t i = 0; i < batch; ++i) one(i);  // OpenBLAS threads each GEMM
+    return;
   }
+  BlasSingleThreadGuard single_threaded_blas;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < batch; ++i) one(i);
 }
 
 template <typename T>

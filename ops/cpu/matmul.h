@@ -27,6 +27,7 @@ struct MatrixStack {
 //   a[i]: [m, k]   b[i]: [k, n]   bias: [n] or nullptr   c: [batch, m, n] contiguous
 // With at least as many matrices as threads, OpenMP runs over the matrices
 // and each calls single-threaded OpenBLAS; otherwise each call is threaded.
+// Called inside an OpenMP parallel region, it runs on the calling thread.
 template <typename T>
 void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, const MatrixStack<T>& b,
                   const T* bias, T* c);
