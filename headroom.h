@@ -15,3 +15,4 @@
 #include "headroom/ops/nn.h"
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/reduce.h"
+#include "headroom/ops/matmul.h"
