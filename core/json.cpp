@@ -73,6 +73,20 @@ const Value& Value::at(const std::string& key) const {
 
 namespace {
 
+// The two-character escapes, shared by the reader and the writer.
+struct Escape {
+  char letter, character;  // "\n" is letter 'n' for character '\n'
+};
+constexpr Escape kEscapes[] = {{'"', '"'}, {'\\', '\\'}, {'b', '\b'}, {'f', '\f'},
+                               {'n', '\n'}, {'r', '\r'}, {'t', '\t'}};
+
+template <typename Pred>
+const Escape* find_escape(Pred pred) {
+  for (const Escape& e : kEscapes)
+    if (pred(e)) return &e;
+  return nullptr;
+}
+
 // Recursive descent over the text; every failure goes through fail(), which
 // names the source and the byte offset.
 class Parser {
@@ -244,17 +258,17 @@ class Parser {
       }
       if (pos_ >= text_.size()) fail("unterminated escape");
       char e = text_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': append_utf8(out, parse_code_point()); break;
-        default: --pos_; fail(std::string("unknown escape '\\") + e + "'");
+      if (e == 'u') {
+        append_utf8(out, parse_code_point());
+      } else if (e == '/') {
+        out += '/';  // allowed escaped on input, never written escaped
+      } else {
+        const Escape* known = find_escape([&](const Escape& x) { return x.letter == e; });
+        if (known == nullptr) {
+          --pos_;
+          fail(std::string("unknown escape '\\") + e + "'");
+        }
+        out += known->character;
       }
     }
   }
@@ -269,22 +283,16 @@ class Parser {
 void dump_string(const std::string& s, std::string& out) {
   out += '"';
   for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;  // UTF-8 bytes pass through unchanged
-        }
+    const Escape* known = find_escape([&](const Escape& x) { return x.character == c; });
+    if (known != nullptr) {
+      out += '\\';
+      out += known->letter;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += c;  // UTF-8 bytes pass through unchanged
     }
   }
   out += '"';
