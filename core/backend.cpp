@@ -32,10 +32,11 @@ class CpuBackend final : public Backend {
     std::free(ptr);
     active_ -= nbytes;
   }
-  void copy_to_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
-  void copy_from_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
-  void copy_within(void* dst, const void* src, size_t n, int) override { std::memmove(dst, src, n); }
-  void fill_zero(void* dst, size_t n, int) override { std::memset(dst, 0, n); }
+  // n == 0 is skipped: empty tensors have null data, which memcpy/memset must not receive.
+  void copy_to_host(void* dst, const void* src, size_t n, int) override { if (n) std::memcpy(dst, src, n); }
+  void copy_from_host(void* dst, const void* src, size_t n, int) override { if (n) std::memcpy(dst, src, n); }
+  void copy_within(void* dst, const void* src, size_t n, int) override { if (n) std::memmove(dst, src, n); }
+  void fill_zero(void* dst, size_t n, int) override { if (n) std::memset(dst, 0, n); }
   void synchronize(int) override {}
   MemoryStats memory_stats() const override { return {active_.load(), peak_.load(), allocations_.load()}; }
   void reset_peak_memory() override { peak_ = active_.load(); }
