@@ -16,3 +16,7 @@
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/reduce.h"
 #include "headroom/ops/matmul.h"
+#include "headroom/core/image.h"
+#include "headroom/core/safetensors.h"
+#include "headroom/models/module.h"
+#include "headroom/models/optim.h"
