@@ -20,3 +20,4 @@
 #include "headroom/core/safetensors.h"
 #include "headroom/models/module.h"
 #include "headroom/models/optim.h"
+#include "headroom/models/layers.h"
