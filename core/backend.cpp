@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
   static constexpr size_t kCacheRound = 64 << 10;     // rounded up to 64 KiB
   static constexpr size_t kCacheLimit = size_t(2) << 30;  // at most 2 GiB held idle
 
+  ~CpuBackend() override { empty_cache(); }
   const char* name() const override { return "cpu"; }
 
   void* allocate(size_t nbytes, int) override {
