@@ -277,10 +277,10 @@ TEST_CASE("routed_attention equals dense attention on the selected pairs, output
 }
 
 TEST_CASE("attention is bitwise identical for 1 and 2 threads, forward and backward") {
-  Tensor q = random({2, 3, 100, 16}, 40, DType::f32).set_requires_grad();
-  Tensor k = random({2, 1, 130, 16}, 41, DType::f32).set_requires_grad();
-  Tensor v = random({2, 1, 130, 16}, 42, DType::f32).set_requires_grad();
-  Tensor g = random({2, 3, 100, 16}, 43, DType::f32);
+  Tensor q = random({2, 3, 100, 32}, 40, DType::f32).set_requires_grad();  // large enough to run parallel
+  Tensor k = random({2, 1, 130, 32}, 41, DType::f32).set_requires_grad();
+  Tensor v = random({2, 1, 130, 32}, 42, DType::f32).set_requires_grad();
+  Tensor g = random({2, 3, 100, 32}, 43, DType::f32);
   AttentionOptions o;
   o.causal = true;
   o.causal_offset = 30;

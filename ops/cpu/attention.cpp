@@ -18,24 +18,33 @@ namespace headroom::cpu {
 void exp_inplace(float* x, int64_t n) {
   // exp(x) = 2^k * exp(r), k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2]
   // (ln 2 split in two parts so r is exact), exp(r) by Cephes' degree-7 polynomial.
-  constexpr float kLowest = -87.3f;  // below this exp underflows: return exactly 0
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float c = std::min(std::max(v, kLowest), 88.0f);
-    const float k = std::floor(c * 1.44269504088896341f + 0.5f);
-    const float r = c - k * 0.693359375f + k * 2.12194440e-4f;
-    float poly = 1.9875691500e-4f;
-    poly = poly * r + 1.3981999507e-3f;
-    poly = poly * r + 8.3334519073e-3f;
-    poly = poly * r + 4.1665795894e-2f;
-    poly = poly * r + 1.6666665459e-1f;
-    poly = poly * r + 5.0000001201e-1f;
-    poly = poly * r * r + r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;  // 2^k
-    float two_k;
-    std::memcpy(&two_k, &bits, sizeof two_k);
-    x[i] = v < kLowest ? 0.0f : poly * two_k;
+  // Three passes over chunks, because GCC (with its default -ftrapping-math)
+  // vectorises a clamp or a select alone but not one feeding the polynomial.
+  constexpr float kLowest = -87.3f, kHighest = 88.0f;  // below kLowest: exactly 0
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  constexpr int64_t kChunk = 64;
+  float clamped[kChunk], result[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - i0);
+    float* xs = x + i0;
+    for (int64_t i = 0; i < m; ++i) clamped[i] = std::min(std::max(xs[i], kLowest), kHighest);
+    for (int64_t i = 0; i < m; ++i) {
+      const float c = clamped[i];
+      const float k = (c * 1.44269504088896341f + kRound) - kRound;
+      const float r = c - k * 0.693359375f + k * 2.12194440e-4f;
+      float poly = 1.9875691500e-4f;
+      poly = poly * r + 1.3981999507e-3f;
+      poly = poly * r + 8.3334519073e-3f;
+      poly = poly * r + 4.1665795894e-2f;
+      poly = poly * r + 1.6666665459e-1f;
+      poly = poly * r + 5.0000001201e-1f;
+      poly = poly * r * r + r + 1.0f;
+      const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;  // 2^k
+      float two_k;
+      std::memcpy(&two_k, &bits, sizeof two_k);
+      result[i] = poly * two_k;
+    }
+    for (int64_t i = 0; i < m; ++i) xs[i] = xs[i] < kLowest ? 0.0f : result[i];
   }
 }
 
@@ -94,6 +103,13 @@ Tile<T> make_tile(const AttentionProblem& p, const AttentionGroup& g, int64_t ro
 template <typename T>
 int64_t tile_cost(const Tile<T>& tile) {
   return tile.rows * std::max<int64_t>(tile.num_keys, 1);
+}
+
+// Threads for a pass of `cost` tile rows × keys: one when the work is too
+// small to pay for waking a team (tens of microseconds on a busy machine).
+int threads_for(const AttentionProblem& p, int64_t cost) {
+  constexpr int64_t kMinParallelMultiplyAdds = int64_t(1) << 20;
+  return cost * p.d_h < kMinParallelMultiplyAdds ? 1 : num_threads();
 }
 
 // Per-thread buffers, each one score block [kQueryTile, kKeyBlock].
@@ -261,8 +277,10 @@ void attention_forward(const AttentionProblem& p, const T* q, const T* k, const 
     for_each_tile(p, g, k, v, [&](const Tile<T>& tile) { tiles.push_back(tile); });
   std::stable_sort(tiles.begin(), tiles.end(),
                    [](const Tile<T>& a, const Tile<T>& b) { return tile_cost(a) > tile_cost(b); });
+  int64_t total_cost = 0;
+  for (const Tile<T>& tile : tiles) total_cost += tile_cost(tile);
   BlasSingleThreadGuard blas_single_thread;
-#pragma omp parallel num_threads(num_threads())
+#pragma omp parallel num_threads(threads_for(p, total_cost))
   {
     Scratch<T> scratch;
 #pragma omp for schedule(dynamic, 1)
@@ -287,16 +305,19 @@ void attention_backward(const AttentionProblem& p, const T* q, const T* k, const
   std::fill(dk, dk + p.batch * p.kv_heads * kv_size, T(0));
   std::fill(dv, dv + p.batch * p.kv_heads * kv_size, T(0));
 
-  std::vector<std::pair<int64_t, size_t>> order;  // (cost, group), heaviest first
+  std::vector<std::pair<int64_t, size_t>> order;  // (-cost, group): heaviest first
+  int64_t total_cost = 0;
   for (size_t gi = 0; gi < p.groups.size(); ++gi) {
     int64_t cost = 0;
     for_each_tile(p, p.groups[gi], k, v, [&](const Tile<T>& tile) { cost += tile_cost(tile); });
     order.push_back({-cost, gi});
+    total_cost += cost;
   }
   std::stable_sort(order.begin(), order.end());
+  const int threads = threads_for(p, total_cost);
   {
     BlasSingleThreadGuard blas_single_thread;
-#pragma omp parallel num_threads(num_threads())
+#pragma omp parallel num_threads(threads)
     {
       Scratch<T> scratch;
 #pragma omp for schedule(dynamic, 1)
@@ -311,7 +332,7 @@ void attention_backward(const AttentionProblem& p, const T* q, const T* k, const
   }
   if (!shared_kv) return;
   // dK[b, 0] = Σ_head partial[b, head], heads in order (deterministic).
-#pragma omp parallel for num_threads(num_threads())
+#pragma omp parallel for num_threads(threads)
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t head = 0; head < p.heads; ++head) {
       const T* pk = dk_heads + (b * p.heads + head) * kv_size;

@@ -23,7 +23,7 @@
 namespace headroom::cpu {
 
 constexpr int64_t kQueryTile = 64;
-constexpr int64_t kKeyBlock = 128;
+constexpr int64_t kKeyBlock = 64;
 
 struct AttentionGroup {
   int64_t row_begin = 0, row_end = 0;  // rows [row_begin, row_end) of q
