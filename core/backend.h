@@ -17,6 +17,7 @@ struct MemoryStats {
   size_t active_bytes = 0;  // held by live tensors
   size_t peak_bytes = 0;    // highest active_bytes since the last reset
   size_t allocations = 0;   // number of allocate() calls
+  size_t cached_bytes = 0;  // freed blocks kept for reuse (see empty_cache)
 };
 
 class Backend {
@@ -33,6 +34,7 @@ class Backend {
   virtual void synchronize(int device_index) = 0;
   virtual MemoryStats memory_stats() const = 0;
   virtual void reset_peak_memory() = 0;
+  virtual void empty_cache() = 0;  // returns cached idle blocks to the system
 };
 
 Backend& backend(Device device);

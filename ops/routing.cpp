@@ -1,6 +1,15 @@
 // Routing: the route plan (a stable counting sort of (token, slot) pairs by
-// segment).
+// segment), top-k, index_select, and the gather / grouped-matmul / weighted
+// scatter ops that move rows through a plan.  Each op's backward sits below
+// its forward; gather and scatter are each other's transposes and share their
+// kernels, so no kernel exists twice.
 #include "headroom/ops/routing.h"
+
+#include <utility>
+#include <vector>
+
+#include "headroom/autograd/node.h"
+#include "headroom/ops/cpu/routing.h"
 
 namespace headroom {
 
@@ -43,6 +52,274 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
   plan.segment = Tensor::from_vector(segment);
   plan.counts = Tensor::from_vector(counts);
   return plan;
+}
+
+namespace {
+
+// Calls fn(T{}) with T the C++ type of a floating dtype (f32 or f64).
+template <typename Fn>
+void dispatch_floating(DType dtype, Fn&& fn) {
+  if (dtype == DType::f32) fn(float{});
+  else fn(double{});
+}
+
+template <typename T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+// A plan's tensors must be the i32 CPU arrays route() makes, sized by its counts.
+void check_plan(const char* op, const RoutePlan& plan) {
+  const std::vector<std::pair<const Tensor*, int64_t>> expected = {
+      {&plan.offsets, plan.num_segments + 1}, {&plan.order, plan.rows()},
+      {&plan.position, plan.rows()},          {&plan.segment, plan.rows()},
+      {&plan.counts, plan.num_segments}};
+  for (const auto& [t, numel] : expected) {
+    HEADROOM_CHECK(t->defined() && t->dtype() == DType::i32 && t->device().is_cpu() && t->is_contiguous() &&
+                       t->numel() == numel,
+                   "[", op, "] the route plan (", plan.num_tokens, " tokens, k=", plan.k, ", ",
+                   plan.num_segments, " segments) is not one route() built for these sizes");
+  }
+}
+
+// Checks that gates are [N, k] of y's dtype (or undefined, meaning all ones).
+void check_gates(const char* op, const Tensor& gates, const Tensor& y, const RoutePlan& plan) {
+  if (!gates.defined()) return;
+  check_dtype(op, gates, y.dtype(), "gates");
+  HEADROOM_CHECK(gates.shape() == Shape({plan.num_tokens, plan.k}), "[", op, "] gates have shape ",
+                 shape_str(gates.shape()), " but the plan routes ", plan.num_tokens,
+                 " tokens with k=", plan.k, ", expected (", plan.num_tokens, ",", plan.k, ")");
+}
+
+// [N*k, D]: row r = gates[pair] * x[pair / k] with pair = order[r] (gates
+// undefined = 1).  x: [N, D]  gates: [N, k]  order: [N*k]
+Tensor gather_slots(const Tensor& x, const Tensor& gates, const Tensor& order, int64_t k) {
+  Tensor src = x.contiguous(), scale = gates.defined() ? gates.contiguous() : gates;
+  Tensor out = Tensor::empty({order.numel(), x.size(1)}, x.dtype());
+  dispatch_floating(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::gather_rows<T>(src.data<T>(), x.size(1), order.data<int32_t>(), k, data_or_null<T>(scale),
+                        order.numel(), out.data<T>());
+  });
+  return out;
+}
+
+// [N, D]: out[t] = sum_j gates[t, j] * y[position[t*k + j]], j ascending (gates
+// undefined = 1).  The transpose of gather_slots.  y: [N*k, D]  position: [N*k]
+Tensor combine_slots(const Tensor& y, const Tensor& gates, const Tensor& position, int64_t tokens,
+                     int64_t k) {
+  Tensor src = y.contiguous(), weight = gates.defined() ? gates.contiguous() : gates;
+  std::vector<int32_t> starts(tokens + 1);  // token t's slots are pairs [t*k, t*k + k)
+  for (int64_t t = 0; t <= tokens; ++t) starts[t] = int32_t(t * k);
+  Tensor out = Tensor::empty({tokens, y.size(1)}, y.dtype());
+  dispatch_floating(y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::sum_rows<T>(src.data<T>(), y.size(1), starts.data(), position.data<int32_t>(),
+                     data_or_null<T>(weight), tokens, out.data<T>());
+  });
+  return out;
+}
+
+// [N, k]: dots[t, j] = <y[position[t*k + j]], dout[t]>, the gates' gradient.
+Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, int64_t tokens, int64_t k) {
+  Tensor a = y.contiguous(), b = dout.contiguous();
+  Tensor out = Tensor::empty({tokens, k}, y.dtype());
+  dispatch_floating(y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::row_dots<T>(a.data<T>(), position.data<int32_t>(), b.data<T>(), k, y.size(1), position.numel(),
+                     out.data<T>());
+  });
+  return out;
+}
+
+// The grouped GEMM on segments given by offsets [E + 1]:
+//   x: [R, in] -> x[seg e] · w[e]: [R, out];  transpose_w: x: [R, out] -> x[seg e] · w[e]ᵀ: [R, in]
+Tensor segment_gemm(const Tensor& x, const Tensor& w, const Tensor& offsets, bool transpose_w) {
+  const int64_t in = w.size(1), out_features = w.size(2);
+  const Shape out_shape = {x.size(0), transpose_w ? in : out_features};
+  // BLAS rejects zero leading dimensions; an empty product is all zeros.
+  if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, x.dtype());
+  Tensor out = Tensor::empty(out_shape, x.dtype());  // the segments cover every row
+  Tensor a = x.contiguous(), b = w.contiguous();
+  dispatch_floating(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::segment_matmul<T>(a.data<T>(), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features,
+                           transpose_w, out.data<T>());
+  });
+  return out;
+}
+
+// dw[e] = x[seg e]ᵀ · dy[seg e]: [E, in, out], zero for empty segments.
+Tensor segment_gemm_weight_grad(const Tensor& x, const Tensor& dy, const Tensor& offsets,
+                                const Shape& w_shape) {
+  if (shape_numel(w_shape) == 0) return Tensor::zeros(w_shape, x.dtype());
+  Tensor dw = Tensor::empty(w_shape, x.dtype());  // the kernel zeroes slices no row uses
+  Tensor a = x.contiguous(), b = dy.contiguous();
+  dispatch_floating(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::segment_matmul_weight_grad<T>(a.data<T>(), b.data<T>(), offsets.data<int32_t>(), w_shape[0],
+                                       w_shape[1], w_shape[2], dw.data<T>());
+  });
+  return dw;
+}
+
+}  // namespace
+
+// ---- topk --------------------------------------------------------------------
+
+TopK topk(const Tensor& x, int64_t k) {
+  check_cpu("topk", {x});
+  check_floating("topk", x);
+  HEADROOM_CHECK(x.dim() >= 1, "[topk] expected at least one dimension, got a scalar");
+  const int64_t n = x.size(-1);
+  HEADROOM_CHECK(k >= 1, "[topk] k must be at least 1, got k=", k);
+  HEADROOM_CHECK(k <= n, "[topk] k=", k, " exceeds the size ", n, " of the last dimension");
+  // x: [rows, n]  ->  values, indices: [rows, k]
+  const int64_t rows = n ? x.numel() / n : 0;
+  Shape out_shape = x.shape();
+  out_shape.back() = k;
+  Tensor src = x.contiguous();
+  TopK result{Tensor::empty(out_shape, x.dtype()), Tensor::empty(out_shape, DType::i32)};
+  const int32_t* index = result.indices.data<int32_t>();
+  dispatch_floating(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::topk_indices<T>(src.data<T>(), rows, n, k, result.indices.data<int32_t>());
+    cpu::take_along_rows<T>(src.data<T>(), index, rows, n, k, result.values.data<T>());
+  });
+
+  const Shape in_shape = x.shape();
+  autograd::record(result.values, "topk", {x}, {result.indices},
+                   [in_shape, rows, n, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     // g: [rows, k]  ->  dx: [rows, n], zero where nothing was selected
+                     Tensor dx = Tensor::zeros(in_shape, g.dtype()), dvalues = g.contiguous();
+                     dispatch_floating(g.dtype(), [&](auto zero) {
+                       using T = decltype(zero);
+                       cpu::put_along_rows<T>(dvalues.data<T>(), s[0].data<int32_t>(), rows, n, k,
+                                              dx.data<T>());
+                     });
+                     grads.add(0, dx);
+                   });
+  return result;
+}
+
+// ---- index_select --------------------------------------------------------------
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
+  check_cpu("index_select", {x, indices});
+  check_dtype("index_select", indices, DType::i32, "indices");
+  HEADROOM_CHECK(x.dtype() != DType::b8, "[index_select] expected x of dtype f32, f64 or i32, got b8");
+  HEADROOM_CHECK(indices.dim() <= 1, "[index_select] expected 0-d or 1-d indices, got shape ",
+                 shape_str(indices.shape()));
+  const int d = wrap_dim(dim, x.dim(), "index_select");
+  // x: [outer, size, inner]  ->  out: [outer, count, inner]
+  const int64_t size = x.size(d), count = indices.numel();
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < d; ++i) outer *= x.size(i);
+  for (int i = d + 1; i < x.dim(); ++i) inner *= x.size(i);
+  Tensor index = indices.contiguous();
+  const int32_t* idx = index.data<int32_t>();
+  for (int64_t i = 0; i < count; ++i)
+    HEADROOM_CHECK(idx[i] >= 0 && idx[i] < size, "[index_select] index ", idx[i], " at position ", i,
+                   " is out of range for dimension ", d, " of size ", size, " in shape ",
+                   shape_str(x.shape()));
+  Shape out_shape = x.shape();
+  out_shape[d] = count;
+  Tensor src = x.contiguous(), out = Tensor::empty(out_shape, x.dtype());
+  auto gather = [&](auto zero) {
+    using T = decltype(zero);
+    for (int64_t o = 0; o < outer; ++o)
+      cpu::gather_rows<T>(src.data<T>() + o * size * inner, inner, idx, 1, nullptr, count,
+                          out.data<T>() + o * count * inner);
+  };
+  if (x.dtype() == DType::i32) gather(int32_t{});
+  else dispatch_floating(x.dtype(), gather);
+
+  const Shape in_shape = x.shape();
+  autograd::record(
+      out, "index_select", {x}, {index},
+      [in_shape, outer, size, inner](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+        // g: [outer, count, inner]  ->  dx: [outer, size, inner]; a route plan
+        // over the indices lists, per destination, the rows that chose it in order.
+        Tensor dx = Tensor::zeros(in_shape, g.dtype()), dout = g.contiguous();
+        const int64_t count = s[0].numel();
+        if (dx.numel() == 0 || count == 0) return grads.add(0, dx);
+        RoutePlan plan = route(s[0].reshape({count, 1}), size);
+        dispatch_floating(g.dtype(), [&](auto zero) {
+          using T = decltype(zero);
+          for (int64_t o = 0; o < outer; ++o)
+            cpu::sum_rows<T>(dout.data<T>() + o * count * inner, inner, plan.offsets.data<int32_t>(),
+                             plan.order.data<int32_t>(), nullptr, size, dx.data<T>() + o * size * inner);
+        });
+        grads.add(0, dx);
+      });
+  return out;
+}
+
+// ---- gather_rows / scatter_add_rows --------------------------------------------
+
+Tensor gather_rows(const Tensor& x, const RoutePlan& plan) {
+  check_cpu("gather_rows", {x});
+  check_floating("gather_rows", x);
+  check_plan("gather_rows", plan);
+  HEADROOM_CHECK(x.dim() == 2 && x.size(0) == plan.num_tokens, "[gather_rows] expected x of shape [",
+                 plan.num_tokens, ", D] for a plan of ", plan.num_tokens, " tokens, got ",
+                 shape_str(x.shape()));
+  // x: [N, D]  ->  grouped: [N*k, D]
+  Tensor grouped = gather_slots(x, Tensor(), plan.order, plan.k);
+  const int64_t tokens = plan.num_tokens, k = plan.k;
+  autograd::record(grouped, "gather_rows", {x}, {plan.position},
+                   [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     grads.add(0, combine_slots(g, Tensor(), s[0], tokens, k));  // dx: [N, D]
+                   });
+  return grouped;
+}
+
+Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const RoutePlan& plan) {
+  check_cpu("scatter_add_rows", {y_grouped});
+  check_floating("scatter_add_rows", y_grouped, "y_grouped");
+  check_plan("scatter_add_rows", plan);
+  HEADROOM_CHECK(y_grouped.dim() == 2 && y_grouped.size(0) == plan.rows(),
+                 "[scatter_add_rows] expected y_grouped of shape [", plan.rows(), ", D] for a plan of ",
+                 plan.num_tokens, " tokens with k=", plan.k, ", got ", shape_str(y_grouped.shape()));
+  if (gates.defined()) check_cpu("scatter_add_rows", {gates});
+  check_gates("scatter_add_rows", gates, y_grouped, plan);
+  // y_grouped: [N*k, D], gates: [N, k]  ->  out: [N, D]
+  const int64_t tokens = plan.num_tokens, k = plan.k;
+  Tensor out = combine_slots(y_grouped, gates, plan.position, tokens, k);
+  autograd::record(out, "scatter_add_rows", {y_grouped, gates}, {y_grouped, gates, plan.order, plan.position},
+                   [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     const Tensor &y = s[0], &gates = s[1], &order = s[2], &position = s[3];
+                     if (grads.wants(0)) grads.add(0, gather_slots(g, gates, order, k));      // [N*k, D]
+                     if (grads.wants(1)) grads.add(1, slot_dots(y, g, position, tokens, k));  // [N, k]
+                   });
+  return out;
+}
+
+// ---- segment_matmul ------------------------------------------------------------
+
+Tensor segment_matmul(const Tensor& x_grouped, const Tensor& weight, const RoutePlan& plan) {
+  check_cpu("segment_matmul", {x_grouped, weight});
+  check_floating("segment_matmul", x_grouped, "x_grouped");
+  check_dtype("segment_matmul", weight, x_grouped.dtype(), "weight");
+  check_plan("segment_matmul", plan);
+  HEADROOM_CHECK(weight.dim() == 3, "[segment_matmul] expected weights of shape [E, in, out], got ",
+                 shape_str(weight.shape()));
+  HEADROOM_CHECK(weight.size(0) == plan.num_segments, "[segment_matmul] the plan has ", plan.num_segments,
+                 " segments but weights have shape ", shape_str(weight.shape()));
+  HEADROOM_CHECK(
+      x_grouped.dim() == 2 && x_grouped.size(0) == plan.rows() && x_grouped.size(1) == weight.size(1),
+      "[segment_matmul] expected x_grouped of shape (", plan.rows(), ",", weight.size(1), ") for a plan of ",
+      plan.rows(), " grouped rows and weights of shape ", shape_str(weight.shape()), ", got ",
+      shape_str(x_grouped.shape()));
+  // x: [N*k, in], w: [E, in, out]  ->  y: [N*k, out]
+  Tensor y = segment_gemm(x_grouped, weight, plan.offsets, /*transpose_w=*/false);
+  autograd::record(y, "segment_matmul", {x_grouped, weight}, {x_grouped, weight, plan.offsets},
+                   [](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     const Tensor &x = s[0], &w = s[1], &offsets = s[2];  // g: [N*k, out]
+                     if (grads.wants(0)) grads.add(0, segment_gemm(g, w, offsets, /*transpose_w=*/true));
+                     if (grads.wants(1)) grads.add(1, segment_gemm_weight_grad(x, g, offsets, w.shape()));
+                   });
+  return y;
 }
 
 }  // namespace headroom

@@ -36,4 +36,48 @@ struct RoutePlan {
 // indices: i32 [N, k] with values in [0, E).  Throws on out-of-range values.
 RoutePlan route(const Tensor& indices, int64_t num_segments);
 
+// ---- selection ---------------------------------------------------------------
+
+struct TopK {
+  Tensor values;   // [..., k], x's dtype, sorted descending; differentiable
+  Tensor indices;  // [..., k], i32 positions in the last dimension; no gradient
+};
+
+// The k largest entries along the last dimension of x [..., n], 1 <= k <= n.
+// Ties go to the lowest index (on every device); NaN ranks above every number.
+// Backward scatters the values' gradient to the selected positions (0 elsewhere).
+TopK topk(const Tensor& x, int64_t k);
+
+// PyTorch's index_select: out has x's shape with dimension `dim` replaced by
+// indices.numel(), out[..., i, ...] = x[..., indices[i], ...].
+// indices: i32, 0-d or 1-d, each in [0, x.size(dim)).  x: f32, f64 or i32.
+// Backward adds the gradient rows of repeated indices per destination, in
+// index order (a route plan over the indices; no atomics).
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices);
+
+// ---- moving rows through a plan ----------------------------------------------
+// gather_rows and scatter_add_rows are each other's transposes, and each one's
+// backward is written with the other's kernel.  Both reduce per destination in
+// a fixed order, so results are bitwise reproducible.
+
+// x: [N, D]  ->  grouped [N*k, D], grouped row r = x[plan.token_of_row(r)].
+// Backward: each token sums its k slot gradients in slot order (through
+// plan.position).
+Tensor gather_rows(const Tensor& x, const RoutePlan& plan);
+
+// y_grouped: [N*k, D], gates: [N, k] of y's dtype (undefined = all ones)  ->  out [N, D],
+//   out[t] = sum over j = 0..k-1 (in that order) of gates[t, j] * y_grouped[position[t*k + j]].
+// Backward: dy_grouped[position[t*k + j]] = gates[t, j] * dout[t]  and
+//           dgates[t, j] = <y_grouped[position[t*k + j]], dout[t]>.
+Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const RoutePlan& plan);
+
+// ---- grouped GEMM --------------------------------------------------------------
+
+// x_grouped: [N*k, in], weight: [E, in, out] with E = plan.num_segments  ->  [N*k, out];
+// the rows of segment e are multiplied by weight[e].  Empty segments are fine.
+// Backward: dX[seg e] = dY[seg e] · weight[e]ᵀ,  dW[e] = X[seg e]ᵀ · dY[seg e]
+// (0 for a slice no row uses).  The CPU kernel runs one GEMM per non-empty
+// segment, segments in parallel.
+Tensor segment_matmul(const Tensor& x_grouped, const Tensor& weight, const RoutePlan& plan);
+
 }  // namespace headroom

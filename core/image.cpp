@@ -1,0 +1,116 @@
+#include "headroom/core/image.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+// The only translation unit that sees stb's implementation.  STB_*_STATIC
+// gives every stb function internal linkage (stb issues #917 and #1429);
+// the warnings silenced here are about stb's code, not headroom's.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#define STB_IMAGE_STATIC
+#define STB_IMAGE_IMPLEMENTATION
+#include <stb/stb_image.h>
+#define STB_IMAGE_WRITE_STATIC
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#include <stb/stb_image_write.h>
+#pragma GCC diagnostic pop
+
+namespace headroom {
+
+Tensor load_image(const std::string& path, int channels) {
+  HEADROOM_CHECK(channels >= 0 && channels <= 4, "[load_image] channels must be 0 (as in the file) or 1..4, got ",
+                 channels, ": ", path);
+  int width = 0, height = 0, file_channels = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
+      stbi_load(path.c_str(), &width, &height, &file_channels, channels), stbi_image_free);
+  HEADROOM_CHECK(pixels != nullptr, "[load_image] cannot load ", path, ": ", stbi_failure_reason());
+  const int c = channels == 0 ? file_channels : channels;
+  Tensor image = Tensor::empty({height, width, c});  // [H, W, C]
+  float* out = image.data<float>();
+  const int64_t n = image.numel();
+  for (int64_t i = 0; i < n; ++i) out[i] = pixels.get()[i] / 255.0f;
+  return image;
+}
+
+void save_png(const std::string& path, const Tensor& image) {
+  check_cpu("save_png", {image});
+  check_floating("save_png", image, "image");
+  HEADROOM_CHECK(image.dim() == 2 || (image.dim() == 3 && image.size(2) >= 1 && image.size(2) <= 4),
+                 "[save_png] expected an image of shape [H, W] or [H, W, C] with C = 1..4, got ",
+                 shape_str(image.shape()), ": ", path);
+  HEADROOM_CHECK(image.numel() > 0, "[save_png] image of shape ", shape_str(image.shape()), " is empty: ", path);
+  const int height = static_cast<int>(image.size(0)), width = static_cast<int>(image.size(1));
+  const int channels = image.dim() == 3 ? static_cast<int>(image.size(2)) : 1;
+  std::vector<double> values = image.to_vector<double>();  // row-major [H, W, C], any strides
+  std::vector<unsigned char> bytes(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    bytes[i] = static_cast<unsigned char>(std::lround(std::clamp(values[i], 0.0, 1.0) * 255.0));  // NaN -> 0
+  errno = 0;
+  int ok = stbi_write_png(path.c_str(), width, height, channels, bytes.data(), width * channels);
+  HEADROOM_CHECK(ok != 0, "[save_png] cannot write ", path, ": ",
+                 errno != 0 ? std::strerror(errno) : "stbi_write_png failed");
+}
+
+namespace {
+
+// For output index `dst` of `out_size`, the two source indices and the weight
+// of the second, with half-pixel centres and clamping at the edges.
+struct Tap {
+  int64_t i0, i1;
+  double w1;
+};
+Tap source_tap(int64_t dst, int64_t in_size, int64_t out_size) {
+  double src = (dst + 0.5) * double(in_size) / double(out_size) - 0.5;
+  src = std::max(src, 0.0);
+  int64_t i0 = std::min(static_cast<int64_t>(src), in_size - 1);
+  int64_t i1 = std::min(i0 + 1, in_size - 1);
+  return {i0, i1, src - double(i0)};
+}
+
+// in: [H, W, C] contiguous -> out: [height, width, C]
+template <typename T>
+void resize_bilinear(const T* in, int64_t H, int64_t W, int64_t C, T* out, int64_t height, int64_t width) {
+  for (int64_t y = 0; y < height; ++y) {
+    Tap ty = source_tap(y, H, height);
+    for (int64_t x = 0; x < width; ++x) {
+      Tap tx = source_tap(x, W, width);
+      for (int64_t c = 0; c < C; ++c) {
+        auto at = [&](int64_t i, int64_t j) { return double(in[(i * W + j) * C + c]); };
+        double top = at(ty.i0, tx.i0) * (1 - tx.w1) + at(ty.i0, tx.i1) * tx.w1;
+        double bottom = at(ty.i1, tx.i0) * (1 - tx.w1) + at(ty.i1, tx.i1) * tx.w1;
+        out[(y * width + x) * C + c] = static_cast<T>(top * (1 - ty.w1) + bottom * ty.w1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Tensor resize_image(const Tensor& image, int64_t height, int64_t width) {
+  check_cpu("resize_image", {image});
+  check_floating("resize_image", image, "image");
+  HEADROOM_CHECK(image.dim() == 2 || image.dim() == 3, "[resize_image] expected [H, W] or [H, W, C], got shape ",
+                 shape_str(image.shape()));
+  HEADROOM_CHECK(height > 0 && width > 0 && image.size(0) > 0 && image.size(1) > 0,
+                 "[resize_image] cannot resize shape ", shape_str(image.shape()), " to ", height, "x", width);
+  Tensor in = image.contiguous();
+  const int64_t C = image.dim() == 3 ? image.size(2) : 1;
+  Shape out_shape = image.shape();
+  out_shape[0] = height;
+  out_shape[1] = width;
+  Tensor out = Tensor::empty(out_shape, image.dtype());
+  if (image.dtype() == DType::f32)
+    resize_bilinear(in.data<float>(), image.size(0), image.size(1), C, out.data<float>(), height, width);
+  else
+    resize_bilinear(in.data<double>(), image.size(0), image.size(1), C, out.data<double>(), height, width);
+  return out;
+}
+
+}  // namespace headroom

@@ -1,0 +1,335 @@
+#include "headroom/core/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "headroom/core/json.h"
+
+namespace headroom {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors data is little-endian; this reader copies bytes as they are");
+
+namespace {
+
+// Headers above this are refused before any allocation (MLX's kMaxJsonHeaderLength idea).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// The dtype strings of the format and how each is held in memory.  I64 is
+// read only: PyTorch writes int64 indices, headroom keeps indices in i32.
+struct FileDType {
+  const char* name;
+  DType dtype;
+  size_t file_bytes;  // bytes per element in the file
+};
+constexpr FileDType kFileDTypes[] = {
+    {"F32", DType::f32, 4}, {"F64", DType::f64, 8}, {"I32", DType::i32, 4},
+    {"BOOL", DType::b8, 1}, {"I64", DType::i32, 8},
+};
+
+const char* file_dtype_name(DType dtype) {
+  for (const FileDType& d : kFileDTypes)
+    if (d.dtype == dtype && d.file_bytes == dtype_size(dtype)) return d.name;
+  HEADROOM_FAIL("[safetensors] no file dtype for ", dtype);
+}
+
+// One header entry, validated on its own.
+struct Entry {
+  std::string name;
+  FileDType dtype;
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // byte range inside the data section
+};
+
+// ---- reading ---------------------------------------------------------------------
+
+const json::Value& field(const json::Value& entry, const char* key, json::Value::Kind kind,
+                         const std::string& name, const std::string& path) {
+  const json::Value* v = entry.find(key);
+  HEADROOM_CHECK(v != nullptr, "[safetensors] tensor '", name, "' has no \"", key, "\" field: ", path);
+  HEADROOM_CHECK(v->kind() == kind, "[safetensors] field \"", key, "\" of tensor '", name, "' is ",
+                 json::kind_name(v->kind()), ", expected ", json::kind_name(kind), ": ", path);
+  return *v;
+}
+
+// The items of an array field, each a non-negative integer.
+std::vector<uint64_t> unsigned_list(const json::Value& entry, const char* key, const std::string& name,
+                                    const std::string& path) {
+  std::vector<uint64_t> out;
+  for (const json::Value& item : field(entry, key, json::Value::Kind::array, name, path).as_array()) {
+    HEADROOM_CHECK(item.kind() == json::Value::Kind::integer && item.as_integer() >= 0, "[safetensors] field \"",
+                   key, "\" of tensor '", name, "' must hold non-negative integers: ", path);
+    out.push_back(static_cast<uint64_t>(item.as_integer()));
+  }
+  return out;
+}
+
+Entry parse_entry(const std::string& name, const json::Value& value, const std::string& path) {
+  HEADROOM_CHECK(value.kind() == json::Value::Kind::object, "[safetensors] entry of tensor '", name, "' is ",
+                 json::kind_name(value.kind()), ", expected an object: ", path);
+  Entry e;
+  e.name = name;
+  const std::string& dtype = field(value, "dtype", json::Value::Kind::string, name, path).as_string();
+  auto known = std::find_if(std::begin(kFileDTypes), std::end(kFileDTypes),
+                            [&](const FileDType& d) { return dtype == d.name; });
+  HEADROOM_CHECK(known != std::end(kFileDTypes), "[safetensors] tensor '", name, "' has unsupported dtype '",
+                 dtype, "' (supported: F32, F64, I32, I64, BOOL): ", path);
+  e.dtype = *known;
+
+  // The byte size of the shape, guarding every product against overflow.
+  uint64_t bytes = e.dtype.file_bytes;
+  for (uint64_t d : unsigned_list(value, "shape", name, path)) {
+    HEADROOM_CHECK(d <= uint64_t(std::numeric_limits<int64_t>::max()) &&
+                       (d == 0 || bytes <= std::numeric_limits<uint64_t>::max() / d),
+                   "[safetensors] shape of tensor '", name, "' is too large: ", path);
+    bytes *= d;
+    e.shape.push_back(static_cast<int64_t>(d));
+  }
+  std::vector<uint64_t> offsets = unsigned_list(value, "data_offsets", name, path);
+  HEADROOM_CHECK(offsets.size() == 2, "[safetensors] data_offsets of tensor '", name, "' must hold 2 integers, got ",
+                 offsets.size(), ": ", path);
+  e.begin = offsets[0];
+  e.end = offsets[1];
+  HEADROOM_CHECK(e.begin <= e.end, "[safetensors] data_offsets [", e.begin, ", ", e.end, "] of tensor '", name,
+                 "' are reversed: ", path);
+  HEADROOM_CHECK(e.end - e.begin == bytes, "[safetensors] tensor '", name, "' of shape ", shape_str(e.shape),
+                 " and dtype ", dtype, " needs ", bytes, " bytes but its data_offsets [", e.begin, ", ", e.end,
+                 "] span ", e.end - e.begin, ": ", path);
+  return e;
+}
+
+std::map<std::string, std::string> parse_metadata(const json::Value& value, const std::string& path) {
+  HEADROOM_CHECK(value.kind() == json::Value::Kind::object, "[safetensors] __metadata__ is ",
+                 json::kind_name(value.kind()), ", expected an object of strings: ", path);
+  std::map<std::string, std::string> out;
+  for (const auto& [key, item] : value.as_object()) {
+    HEADROOM_CHECK(item.kind() == json::Value::Kind::string, "[safetensors] __metadata__ value of \"", key,
+                   "\" is ", json::kind_name(item.kind()), ", expected a string: ", path);
+    out[key] = item.as_string();
+  }
+  return out;
+}
+
+// The data section must be covered exactly: ranges inside it, in order once
+// sorted, with no overlap, no gap and nothing left over.
+void check_layout(std::vector<const Entry*> by_offset, uint64_t data_bytes, const std::string& path) {
+  for (const Entry* e : by_offset)
+    HEADROOM_CHECK(e->end <= data_bytes, "[safetensors] data_offsets [", e->begin, ", ", e->end, "] of tensor '",
+                   e->name, "' run past the end of the data section (", data_bytes, " bytes): ", path);
+  std::stable_sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  const Entry* previous = nullptr;
+  for (const Entry* e : by_offset) {
+    HEADROOM_CHECK(e->begin >= covered, "[safetensors] tensor '", e->name, "' (bytes ", e->begin, "..", e->end,
+                   ") overlaps tensor '", previous ? previous->name : "", "' (bytes up to ", covered, "): ", path);
+    HEADROOM_CHECK(e->begin == covered, "[safetensors] bytes ", covered, "..", e->begin,
+                   " of the data section belong to no tensor (gap before tensor '", e->name, "'): ", path);
+    covered = e->end;
+    previous = e;
+  }
+  HEADROOM_CHECK(covered == data_bytes, "[safetensors] the data section has ", data_bytes - covered,
+                 " bytes after the last tensor: ", path);
+}
+
+uint64_t read_u64_le(const unsigned char* bytes) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | bytes[i];
+  return value;
+}
+
+// Reads one validated entry's bytes, converting I64 to i32 and checking BOOLs.
+Tensor read_tensor(std::ifstream& in, uint64_t data_start, const Entry& e, const std::string& path) {
+  Tensor t = Tensor::empty(e.shape, e.dtype.dtype);
+  const size_t bytes = e.end - e.begin;
+  if (bytes == 0) return t;
+  in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+  std::vector<int64_t> wide;
+  char* dst = static_cast<char*>(t.raw_data());
+  if (e.dtype.file_bytes != dtype_size(t.dtype())) {  // I64 into i32
+    wide.resize(bytes / 8);
+    dst = reinterpret_cast<char*>(wide.data());
+  }
+  in.read(dst, static_cast<std::streamsize>(bytes));
+  HEADROOM_CHECK(in.good(), "[safetensors] reading tensor '", e.name, "' failed: ", path);
+
+  if (!wide.empty()) {
+    int32_t* out = t.data<int32_t>();
+    for (size_t i = 0; i < wide.size(); ++i) {
+      HEADROOM_CHECK(wide[i] >= std::numeric_limits<int32_t>::min() && wide[i] <= std::numeric_limits<int32_t>::max(),
+                     "[safetensors] I64 tensor '", e.name, "' holds ", wide[i], " at element ", i,
+                     ", outside the i32 range it is converted to: ", path);
+      out[i] = static_cast<int32_t>(wide[i]);
+    }
+  }
+  if (t.dtype() == DType::b8) {
+    const uint8_t* flags = t.data<uint8_t>();
+    for (size_t i = 0; i < bytes; ++i)
+      HEADROOM_CHECK(flags[i] <= 1, "[safetensors] BOOL tensor '", e.name, "' holds byte ", int(flags[i]),
+                     " at element ", i, " (expected 0 or 1): ", path);
+  }
+  return t;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  HEADROOM_CHECK(in.is_open(), "[safetensors] cannot open ", path, ": ", std::strerror(errno));
+  const uint64_t file_bytes = static_cast<uint64_t>(in.tellg());
+  HEADROOM_CHECK(file_bytes >= 8, "[safetensors] file is ", file_bytes,
+                 " bytes, too short for the 8-byte header length: ", path);
+  in.seekg(0);
+  unsigned char length_bytes[8];
+  in.read(reinterpret_cast<char*>(length_bytes), 8);
+  const uint64_t header_bytes = read_u64_le(length_bytes);
+  HEADROOM_CHECK(header_bytes <= file_bytes - 8, "[safetensors] header length ", header_bytes,
+                 " exceeds the file size ", file_bytes, " bytes: ", path);
+  HEADROOM_CHECK(header_bytes <= kMaxHeaderBytes, "[safetensors] header length ", header_bytes,
+                 " exceeds the limit of ", kMaxHeaderBytes, " bytes: ", path);
+  std::string header(header_bytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  HEADROOM_CHECK(in.good(), "[safetensors] reading the header failed: ", path);
+
+  json::Value root = json::parse(header, "the safetensors header of " + path);
+  HEADROOM_CHECK(root.kind() == json::Value::Kind::object, "[safetensors] header is ", json::kind_name(root.kind()),
+                 ", expected an object: ", path);
+  SafetensorsFile file;
+  file.path = path;
+  std::vector<Entry> entries;  // duplicate names were refused by the JSON parser
+  for (const auto& [name, value] : root.as_object()) {
+    if (name == "__metadata__") file.metadata = parse_metadata(value, path);
+    else entries.push_back(parse_entry(name, value, path));
+  }
+  std::vector<const Entry*> by_offset;
+  for (const Entry& e : entries) by_offset.push_back(&e);
+  const uint64_t data_start = 8 + header_bytes;
+  check_layout(by_offset, file_bytes - data_start, path);
+
+  for (const Entry& e : entries) file.tensors.emplace_back(e.name, read_tensor(in, data_start, e, path));
+  return file;
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  for (const auto& entry : tensors)
+    if (entry.first == name) return true;
+  return false;
+}
+
+Tensor SafetensorsFile::get(const std::string& name) const {
+  for (const auto& [key, tensor] : tensors)
+    if (key == name) return tensor;
+  HEADROOM_FAIL("[safetensors] no tensor '", name, "' in ", path.empty() ? "this file" : path, " (it holds ",
+                tensors.size(), " tensors)");
+}
+
+// ---- writing ---------------------------------------------------------------------
+
+namespace {
+
+// A file written under a temporary name in the destination's folder and
+// renamed over the destination by commit(), so readers never see a partial
+// file and a failure leaves the old one.  Unless committed, the temporary
+// file is removed on destruction.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path) : path_(path) {
+    static std::atomic<unsigned> counter{0};
+    temp_ = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    HEADROOM_CHECK(fd_ >= 0, "[safetensors] cannot create the temporary file ", temp_, " to save ", path, ": ",
+                   std::strerror(errno));
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(temp_.c_str());
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      ssize_t n = ::write(fd_, p, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      HEADROOM_CHECK(n > 0, "[safetensors] writing ", temp_, " failed: ", std::strerror(errno));
+      p += n;
+      bytes -= static_cast<size_t>(n);
+    }
+  }
+
+  void commit() {
+    HEADROOM_CHECK(::fsync(fd_) == 0, "[safetensors] flushing ", temp_, " failed: ", std::strerror(errno));
+    int closed = ::close(fd_);
+    fd_ = -1;
+    HEADROOM_CHECK(closed == 0, "[safetensors] closing ", temp_, " failed: ", std::strerror(errno));
+    HEADROOM_CHECK(::rename(temp_.c_str(), path_.c_str()) == 0, "[safetensors] renaming ", temp_, " to ", path_,
+                   " failed: ", std::strerror(errno));
+    committed_ = true;
+  }
+
+ private:
+  std::string path_, temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+json::Value integer_array(const std::vector<int64_t>& values) {
+  std::vector<json::Value> items(values.begin(), values.end());
+  return json::Value::array(std::move(items));
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  // Validate everything before touching the disk.
+  std::vector<const std::pair<std::string, Tensor>*> by_name;
+  for (const auto& entry : tensors) {
+    HEADROOM_CHECK(entry.first != "__metadata__", "[safetensors] the name __metadata__ is reserved: ", path);
+    HEADROOM_CHECK(entry.second.defined(), "[safetensors] tensor '", entry.first, "' is undefined: ", path);
+    check_cpu("safetensors", {entry.second});
+    by_name.push_back(&entry);
+  }
+  std::sort(by_name.begin(), by_name.end(), [](auto* a, auto* b) { return a->first < b->first; });
+  for (size_t i = 1; i < by_name.size(); ++i)
+    HEADROOM_CHECK(by_name[i]->first != by_name[i - 1]->first, "[safetensors] duplicate tensor name '",
+                   by_name[i]->first, "': ", path);
+
+  json::Members header;
+  if (!metadata.empty()) {
+    json::Members items(metadata.begin(), metadata.end());
+    header.emplace_back("__metadata__", json::Value::object(std::move(items)));
+  }
+  std::vector<Tensor> contiguous;
+  int64_t offset = 0;
+  for (const auto* entry : by_name) {
+    Tensor t = entry->second.contiguous();
+    const int64_t bytes = t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
+    header.emplace_back(entry->first, json::Value::object({{"dtype", file_dtype_name(t.dtype())},
+                                                           {"shape", integer_array(t.shape())},
+                                                           {"data_offsets", integer_array({offset, offset + bytes})}}));
+    offset += bytes;
+    contiguous.push_back(t);
+  }
+  std::string text = json::dump(json::Value::object(std::move(header)));
+  text.append((8 - text.size() % 8) % 8, ' ');  // so the data starts 8-byte aligned
+
+  unsigned char length_bytes[8];
+  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
+  AtomicFile file(path);
+  file.write(length_bytes, 8);
+  file.write(text.data(), text.size());
+  for (const Tensor& t : contiguous) file.write(t.raw_data(), t.numel() * dtype_size(t.dtype()));
+  file.commit();
+}
+
+}  // namespace headroom

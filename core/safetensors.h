@@ -1,0 +1,46 @@
+#pragma once
+// safetensors checkpoints (design.md §15): an 8-byte little-endian header
+// length, a JSON header mapping each tensor name to {dtype, shape,
+// data_offsets} plus an optional "__metadata__" map of strings, then the raw
+// row-major little-endian bytes.  PyTorch's dimension order is kept, so the
+// same files serve as checkpoints and as test fixtures written by PyTorch.
+//
+//   save_safetensors("model.safetensors", {{"w", w}, {"b", b}}, {{"step", "100"}});
+//   SafetensorsFile f = load_safetensors("model.safetensors");
+//   Tensor w = f.get("w");  f.metadata.at("step");
+//
+// dtypes: F32, F64, I32 and BOOL (b8) are read and written; I64 (which
+// PyTorch writes for indices) is read and converted to i32, with a range check.
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "headroom/core/tensor.h"
+
+namespace headroom {
+
+struct SafetensorsFile {
+  std::string path;  // where it was loaded from, for error messages
+  std::vector<std::pair<std::string, Tensor>> tensors;  // in header order
+  std::map<std::string, std::string> metadata;
+
+  bool contains(const std::string& name) const;
+  Tensor get(const std::string& name) const;  // throws naming the file when absent
+};
+
+// Reads and validates a whole file.  Throws headroom::Error naming the file
+// (and the tensor, where one is at fault) for: a file shorter than 8 bytes, a
+// header length over 100 MB or over the file size, malformed JSON, an unknown
+// dtype, a shape whose byte size differs from its offset range, offsets past
+// the end of the data, overlapping ranges or gaps, and duplicate names.
+SafetensorsFile load_safetensors(const std::string& path);
+
+// Writes tensors (CPU, any strides) in name order, contiguous, after a header
+// padded with spaces to a multiple of 8 bytes.  The write is atomic: a
+// temporary file in the same folder is written, flushed to disk and renamed,
+// so a failed save leaves any existing file untouched.
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace headroom

@@ -1,0 +1,312 @@
+// bench_ops: headroom's ops against the raw kernels they call, timed side by
+// side in one process (performance guide §4: interleaved A, B, A, B, ...,
+// alternating which goes first; medians; ratio of medians and median of the
+// per-pair ratios).
+//
+//   bench_ops [--threads N] [--iters N] [--smoke] [--only SECTION]
+//
+// Sections (each prints one Markdown table):
+//   1. matmul   headroom::matmul vs cblas_sgemm on the same buffers, 1024³ f32,
+//               and vs cblas_sgemm writing a newly allocated output per call
+//   2. dispatch nanoseconds per call of tiny ops (matmul [1,1]·[1,1], reshape
+//               and clone of 4 elements), grad mode off and recording, against
+//               the raw kernel
+// A new section is a function taking the Options, named in kSections; it
+// builds its Table rows from time_interleaved() comparisons.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "headroom/headroom.h"
+#include "headroom/ops/matmul.h"
+
+using namespace headroom;
+
+namespace {
+
+// ---- options --------------------------------------------------------------
+
+struct Options {
+  int threads = num_threads();  // HEADROOM_NUM_THREADS or the core count
+  int iters = 20;               // timed pairs per measurement
+  bool smoke = false;           // tiny sizes, one iteration: checks that every section runs
+  std::string only;             // run just this section (empty: all)
+  bool help = false;
+};
+
+const char* kUsage =
+    "usage: bench_ops [--threads N] [--iters N] [--smoke] [--only SECTION]\n"
+    "  --threads N     CPU threads for OpenMP and OpenBLAS (default: HEADROOM_NUM_THREADS or the core count)\n"
+    "  --iters N       timed pairs per measurement, after warm-up (default 20; matmul uses at least 20)\n"
+    "  --smoke         tiny sizes and 1 iteration, for CI\n"
+    "  --only SECTION  run one section: matmul or dispatch (default: all)\n"
+    "  --help          this text\n";
+
+Options parse_options(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> int {
+      HEADROOM_CHECK(i + 1 < argc, "[bench_ops] ", arg, " needs a value");
+      int n = std::atoi(argv[++i]);
+      HEADROOM_CHECK(n >= 1, "[bench_ops] ", arg, " must be a positive integer, got '", argv[i], "'");
+      return n;
+    };
+    if (arg == "--threads") options.threads = value();
+    else if (arg == "--iters") options.iters = value();
+    else if (arg == "--smoke") options.smoke = true;
+    else if (arg == "--only" && i + 1 < argc) options.only = argv[++i];
+    else if (arg == "--help") options.help = true;
+    else HEADROOM_FAIL("[bench_ops] unknown flag '", arg, "'");
+  }
+  if (options.smoke) options.iters = 1;
+  return options;
+}
+
+// ---- timing ---------------------------------------------------------------
+
+// Keeps the compiler from deleting work whose result is never read.
+inline void do_not_optimize(const void* p) { asm volatile("" : : "g"(p) : "memory"); }
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Milliseconds for `reps` calls of fn.
+template <typename Fn>
+double time_ms(Fn& fn, int reps) {
+  auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) fn();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Two timings taken side by side.  Times are per call; ratios are b / a, so
+// a ratio of 0.95 says A runs at 95% of B's speed.
+struct Comparison {
+  double a_ms = 0, b_ms = 0;
+  double ratio_of_medians = 0;
+  double median_pair_ratio = 0;
+};
+
+// Runs a and b alternately (A,B then B,A, ...) `iters` times after `warmup`
+// pairs; each sample times `reps` back-to-back calls (for calls too short to
+// time one by one).
+template <typename FnA, typename FnB>
+Comparison time_interleaved(FnA&& a, FnB&& b, int iters, int reps = 1, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) {
+    time_ms(a, reps);
+    time_ms(b, reps);
+  }
+  std::vector<double> ta, tb, pair_ratios;
+  for (int i = 0; i < iters; ++i) {
+    double first, second;
+    if (i % 2 == 0) {
+      first = time_ms(a, reps);
+      second = time_ms(b, reps);
+    } else {
+      second = time_ms(b, reps);
+      first = time_ms(a, reps);
+    }
+    ta.push_back(first / reps);
+    tb.push_back(second / reps);
+    pair_ratios.push_back(second / first);
+  }
+  Comparison c;
+  c.a_ms = median(ta);
+  c.b_ms = median(tb);
+  c.ratio_of_medians = c.b_ms / c.a_ms;
+  c.median_pair_ratio = median(pair_ratios);
+  return c;
+}
+
+// ---- output ---------------------------------------------------------------
+
+std::string format(const char* fmt, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, fmt, value);
+  return buffer;
+}
+
+// A Markdown table, printed when the section is done.
+class Table {
+ public:
+  Table(std::string title, std::vector<std::string> columns)
+      : title_(std::move(title)), columns_(std::move(columns)) {}
+  void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  void print() const {
+    std::printf("\n### %s\n\n", title_.c_str());
+    print_row(columns_);
+    std::string rule = "|";
+    for (size_t i = 0; i < columns_.size(); ++i) rule += "---|";
+    std::printf("%s\n", rule.c_str());
+    for (const auto& cells : rows_) print_row(cells);
+  }
+
+ private:
+  static void print_row(const std::vector<std::string>& cells) {
+    std::string line = "|";
+    for (const auto& cell : cells) line += " " + cell + " |";
+    std::printf("%s\n", line.c_str());
+  }
+  std::string title_;
+  std::vector<std::string> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// ---- section 1: matmul against cblas_sgemm --------------------------------
+
+void bench_matmul(const Options& options) {
+  const int n = options.smoke ? 64 : 1024;  // M = N = K
+  NoGradGuard no_grad;
+  Tensor a = Tensor::randn({n, n}), b = Tensor::randn({n, n});
+  Tensor c_raw = Tensor::empty({n, n});
+  Tensor c_headroom;
+  auto sgemm_into = [&](const Tensor& c) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data<float>(), n,
+                b.data<float>(), n, 0.0f, c.data<float>(), n);
+  };
+  auto headroom_call = [&] { c_headroom = matmul(a, b); };  // allocates its output, as real use does
+  auto raw_call = [&] { sgemm_into(c_raw); };
+  // The raw call with matmul's allocation pattern: separates the cost of fresh
+  // output memory (allocator, page faults) from matmul's own work.
+  auto raw_fresh_call = [&] {
+    Tensor c = Tensor::empty({n, n});
+    sgemm_into(c);
+    c_raw = c;
+  };
+
+  // Correctness first: both must compute the same product.
+  headroom_call();
+  raw_call();
+  std::vector<float> got = c_headroom.to_vector<float>(), want = c_raw.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i)
+    HEADROOM_CHECK(std::abs(got[i] - want[i]) <= 1e-3f * (1 + std::abs(want[i])),
+                   "[bench_ops] matmul and cblas_sgemm disagree at element ", i, ": ", got[i], " vs ", want[i]);
+
+  const int iters = std::max(options.iters, options.smoke ? 1 : 20);
+  const double gflop = 2.0 * n * n * n * 1e-9;
+  auto gflops = [&](double ms) { return format("%.1f", gflop / (ms * 1e-3)); };
+  Table table("matmul " + std::to_string(n) + "³ f32, " + std::to_string(options.threads) +
+                  " thread(s); speed ratio = raw ms / headroom ms (goal ≥ 0.90)",
+              {"headroom::matmul vs", "headroom ms", "raw ms", "headroom GFLOP/s", "raw GFLOP/s",
+               "ratio of medians", "median pair ratio"});
+  for (bool fresh_output : {false, true}) {
+    Comparison t = fresh_output ? time_interleaved(headroom_call, raw_fresh_call, iters)
+                                : time_interleaved(headroom_call, raw_call, iters);
+    table.row({fresh_output ? "cblas_sgemm into a new tensor per call" : "cblas_sgemm, same buffers",
+               format("%.2f", t.a_ms), format("%.2f", t.b_ms), gflops(t.a_ms), gflops(t.b_ms),
+               format("%.3f", t.ratio_of_medians), format("%.3f", t.median_pair_ratio)});
+  }
+  table.print();
+}
+
+// ---- section 2: dispatch overhead of tiny ops -----------------------------
+
+// One row: ns per call of an op and of its raw kernel, measured interleaved.
+template <typename Op, typename Raw>
+void overhead_row(Table& table, const Options& options, const std::string& op, const std::string& mode,
+                  const std::string& raw_name, Op&& op_call, Raw&& raw_call) {
+  const int reps = options.smoke ? 10 : 2000;
+  Comparison t = time_interleaved(op_call, raw_call, options.iters, reps);
+  const double op_ns = t.a_ms * 1e6, raw_ns = t.b_ms * 1e6;
+  table.row({op, mode, format("%.0f", op_ns), raw_name, format("%.0f", raw_ns), format("%.0f", op_ns - raw_ns)});
+}
+
+// The same op timed with grad mode off and with autograd recording (inputs
+// that require grad; every call builds a graph node, freed with its output).
+template <typename MakeOp, typename Raw>
+void overhead_rows(Table& table, const Options& options, const std::string& op, const std::string& raw_name,
+                   MakeOp&& make_op, Raw&& raw_call) {
+  for (bool recording : {false, true}) {
+    NoGradGuard restore_grad_mode_after;  // the guard's destructor restores the mode set below
+    autograd::set_grad_enabled(recording);
+    auto op_call = make_op(recording);
+    overhead_row(table, options, op, recording ? "autograd recording" : "no grad", raw_name, op_call, raw_call);
+  }
+}
+
+void bench_dispatch(const Options& options) {
+  Table table("dispatch overhead per call, tiny tensors (ns)",
+              {"op", "mode", "headroom ns", "raw kernel", "raw ns", "overhead ns"});
+  Tensor sink;
+
+  // matmul [1,1]·[1,1] vs the cblas_sgemm call it makes.
+  float x = 1.5f, y = 2.0f, z = 0;
+  auto sgemm_1x1 = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, &x, 1, &y, 1, 0.0f, &z, 1);
+    do_not_optimize(&z);
+  };
+  overhead_rows(table, options, "matmul [1,1]·[1,1]", "cblas_sgemm 1×1×1", [&](bool grad) {
+    Tensor a = Tensor::ones({1, 1}).set_requires_grad(grad), b = Tensor::ones({1, 1}).set_requires_grad(grad);
+    return [&sink, a, b] { sink = matmul(a, b); };
+  }, sgemm_1x1);
+
+  // reshape [4] -> [2,2]: a view, so the raw cost is making a view by hand.
+  overhead_rows(table, options, "reshape [4]→[2,2]", "make_view", [&](bool grad) {
+    Tensor t = Tensor::ones({4}).set_requires_grad(grad);
+    return [&sink, t] { sink = t.reshape({2, 2}); };
+  }, [&, t = Tensor::ones({4})] { sink = make_view(t, {2, 2}, {2, 1}, 0); });
+
+  // clone of 4 floats vs copying 16 bytes.
+  float src[4] = {1, 2, 3, 4}, dst[4];
+  overhead_rows(table, options, "clone [4]", "memcpy 16 B", [&](bool grad) {
+    Tensor t = Tensor::ones({4}).set_requires_grad(grad);
+    return [&sink, t] { sink = t.clone(); };
+  }, [&] {
+    do_not_optimize(src);
+    std::memcpy(dst, src, sizeof dst);
+    do_not_optimize(dst);
+  });
+  table.print();
+}
+
+// ---- main -----------------------------------------------------------------
+
+struct Section {
+  const char* name;
+  void (*run)(const Options&);
+};
+const Section kSections[] = {{"matmul", bench_matmul}, {"dispatch", bench_dispatch}};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options options;
+    try {
+      options = parse_options(argc, argv);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "%s\n%s", e.what(), kUsage);
+      return 2;
+    }
+    if (options.help) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    set_num_threads(options.threads);
+    std::printf("# bench_ops\n\nthreads %d | iters %d%s | OpenBLAS %s\n", options.threads, options.iters,
+                options.smoke ? " | smoke" : "", openblas_get_config());
+    bool ran = false;
+    for (const Section& section : kSections) {
+      if (!options.only.empty() && options.only != section.name) continue;
+      section.run(options);
+      ran = true;
+    }
+    if (!ran) {
+      std::fprintf(stderr, "bench_ops: no section named '%s'\n%s", options.only.c_str(), kUsage);
+      return 2;
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,39 @@
+#pragma once
+// CPU GEMM kernels on OpenBLAS.  Matrices are row-major, as cblas reads them
+// with CblasRowMajor: a matrix stored transposed (strides [1, ld]) is passed
+// with CblasTrans instead of being copied.
+#include <cstdint>
+#include <vector>
+
+namespace headroom::cpu {
+
+// How cblas reads one [rows, cols] operand: element (i, j) is at
+// data[i * ld + j], or at data[j * ld + i] when transposed.
+struct MatrixLayout {
+  bool transposed = false;
+  int64_t ld = 1;
+};
+
+// A stack of equally shaped matrices in one buffer: matrix i starts at
+// data + offsets[i] (offsets repeat for broadcast batch dimensions).
+template <typename T>
+struct MatrixStack {
+  const T* data = nullptr;
+  std::vector<int64_t> offsets;
+  MatrixLayout layout;
+};
+
+// c[i] = a[i] · b[i] (+ bias on every row) for each matrix i of the stacks.
+//   a[i]: [m, k]   b[i]: [k, n]   bias: [n] or nullptr   c: [batch, m, n] contiguous
+// With at least as many matrices as threads, OpenMP runs over the matrices
+// and each calls single-threaded OpenBLAS; otherwise each call is threaded.
+// Called inside an OpenMP parallel region, it runs on the calling thread.
+template <typename T>
+void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, const MatrixStack<T>& b,
+                  const T* bias, T* c);
+
+// out[j] = sum over i of g[i, j].   g: [rows, cols] contiguous   out: [cols]
+template <typename T>
+void sum_rows(const T* g, int64_t rows, int64_t cols, T* out);
+
+}  // namespace headroom::cpu

@@ -1,0 +1,128 @@
+// CPU reduction kernels: one loop over [outer, n, inner] slices
+// (reduce_slices) and an accumulator per op.
+#include "headroom/ops/cpu/reduce.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "headroom/ops/cpu/elementwise.h"  // with_float
+
+namespace headroom::cpu {
+namespace {
+
+// Loops over fewer elements stay on one thread: starting a team costs more.
+constexpr int64_t kParallelMin = 1 << 15;
+
+// The one reduction loop.  Output j = (o, i) reduces x[o, 0..n-1, i]:
+// acc.init() starts a state, acc.step(state, value, r) folds element r in,
+// acc.store(j, state) writes the output.  Outputs are independent: threads
+// split them.
+template <typename T, typename Acc>
+void reduce_slices(const Tensor& x, ReduceDims d, const Acc& acc) {
+  const T* data = x.data<T>();  // [outer, n, inner]
+  const int64_t outputs = d.outer * d.inner;
+#pragma omp parallel for if (outputs * d.n >= kParallelMin)
+  for (int64_t j = 0; j < outputs; ++j) {
+    const T* slice = data + (j / d.inner) * d.n * d.inner + j % d.inner;  // element r: slice[r * inner]
+    auto state = acc.init();
+    for (int64_t r = 0; r < d.n; ++r) acc.step(state, slice[r * d.inner], r);
+    acc.store(j, state);
+  }
+}
+
+// sum, and mean with scale = 1/n.  Accumulates in double, so f32 sums of many
+// elements keep their precision.
+template <typename T>
+struct SumAcc {
+  T* out;
+  double scale;
+  double init() const { return 0; }
+  void step(double& sum, T v, int64_t) const { sum += v; }
+  void store(int64_t j, double sum) const { out[j] = static_cast<T>(sum * scale); }
+};
+
+// log(sum(exp(x))) in one stable pass: the state is the running max m and
+// sum(exp(x - m)), rescaled whenever m grows, so no exp overflows.
+template <typename T>
+struct LogSumExpAcc {
+  T* out;
+  struct State {
+    double max = -INFINITY;
+    double sum = 0;  // stays 0 only while every element is -inf
+  };
+  State init() const { return {}; }
+  void step(State& s, T v, int64_t) const {
+    if (v > s.max) {
+      s.sum = s.sum * std::exp(s.max - v) + 1;
+      s.max = v;
+    } else if (v != -INFINITY) {  // a NaN lands here and makes the sum NaN
+      s.sum += std::exp(v - s.max);
+    }
+  }
+  void store(int64_t j, const State& s) const {
+    out[j] = static_cast<T>(s.sum == 0 ? -INFINITY : s.max + std::log(s.sum));
+  }
+};
+
+// The first maximal (or minimal) element and its index.  A NaN beats every
+// number, and the first NaN stays.
+template <typename T, Extreme Which>
+struct ArgAcc {
+  T* values;  // null when only the indices are wanted
+  int32_t* indices;
+  struct State {
+    T best = 0;
+    int64_t index = -1;
+  };
+  State init() const { return {}; }
+  static bool better(T v, T best) {
+    if (best != best) return false;
+    if (v != v) return true;
+    return Which == Extreme::max ? v > best : v < best;
+  }
+  void step(State& s, T v, int64_t r) const {
+    if (s.index < 0 || better(v, s.best)) s = {v, r};
+  }
+  void store(int64_t j, const State& s) const {
+    if (values) values[j] = s.best;
+    indices[j] = static_cast<int32_t>(s.index);
+  }
+};
+
+}  // namespace
+
+void reduce(ReduceOp op, const Tensor& x, ReduceDims dims, const Tensor& out) {
+  with_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* o = out.data<T>();
+    if (op == ReduceOp::logsumexp) reduce_slices<T>(x, dims, LogSumExpAcc<T>{o});
+    else reduce_slices<T>(x, dims, SumAcc<T>{o, op == ReduceOp::mean ? 1.0 / double(dims.n) : 1.0});
+  });
+}
+
+void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& values,
+                const Tensor& indices) {
+  with_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* v = values.defined() ? values.data<T>() : nullptr;
+    int32_t* idx = indices.data<int32_t>();
+    if (which == Extreme::max) reduce_slices<T>(x, dims, ArgAcc<T, Extreme::max>{v, idx});
+    else reduce_slices<T>(x, dims, ArgAcc<T, Extreme::min>{v, idx});
+  });
+}
+
+void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims d, const Tensor& grad) {
+  with_float(g.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* src = g.data<T>();  // [outer, inner]
+    const int32_t* idx = indices.data<int32_t>();
+    T* out = grad.data<T>();  // [outer, n, inner]
+    std::fill(out, out + d.outer * d.n * d.inner, T(0));
+    const int64_t outputs = d.outer * d.inner;
+#pragma omp parallel for if (outputs >= kParallelMin)
+    for (int64_t j = 0; j < outputs; ++j)
+      out[((j / d.inner) * d.n + idx[j]) * d.inner + j % d.inner] = src[j];
+  });
+}
+
+}  // namespace headroom::cpu

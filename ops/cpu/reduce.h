@@ -1,0 +1,31 @@
+#pragma once
+// CPU kernels of the reductions.  ops/reduce.cpp arranges every reduction so
+// that the input is a contiguous [outer, n, inner] block: each of the
+// outer * inner outputs reduces n elements that lie `inner` apart.  One kernel
+// template walks that block; the ops differ only in their accumulator.
+#include "headroom/core/tensor.h"
+
+namespace headroom::cpu {
+
+struct ReduceDims {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+enum class ReduceOp { sum, mean, logsumexp };
+enum class Extreme { max, min };
+
+// x: contiguous [outer, n, inner] (f32/f64)  ->  out: contiguous [outer, inner], x's dtype.
+// Accumulates in double.  Over n = 0: sum 0, mean NaN, logsumexp -inf.
+void reduce(ReduceOp op, const Tensor& x, ReduceDims dims, const Tensor& out);
+
+// The first maximal (or minimal) element of each reduced slice: its index in
+// [0, n) into `indices` (i32 [outer, inner]) and, when `values` is defined, its
+// value.  A NaN counts as maximal and minimal (the first NaN wins).  n >= 1.
+void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& values,
+                const Tensor& indices);
+
+// The backward of reduce_arg: grad [outer, n, inner] is zero except
+// grad[o, indices[o, i], i] = g[o, i].  g: contiguous [outer, inner].
+void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims dims, const Tensor& grad);
+
+}  // namespace headroom::cpu

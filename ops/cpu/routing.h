@@ -1,0 +1,54 @@
+#pragma once
+// CPU kernels of the routing family.  All pointers are to contiguous row-major
+// buffers; "row" means a run of `width` consecutive elements.  Every reduction
+// is a loop per destination in a fixed order, so results are bitwise
+// reproducible and need no atomics.
+#include <cstdint>
+
+namespace headroom::cpu {
+
+// Per row of x [rows, n]: the k largest entries, largest first, ties to the
+// lowest index; NaN counts as larger than every number (as in PyTorch).
+// indices: [rows, k]
+template <typename T>
+void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indices);
+
+// Per row: out[row, j] = src[row, index[row, j]].   src: [rows, n]  out, index: [rows, k]
+template <typename T>
+void take_along_rows(const T* src, const int32_t* index, int64_t rows, int64_t n, int64_t k, T* out);
+// Its transpose: dst[row, index[row, j]] += src[row, j] (indices distinct within a row).
+template <typename T>
+void put_along_rows(const T* src, const int32_t* index, int64_t rows, int64_t n, int64_t k, T* dst);
+
+// out[r] = scale[pair[r]] * src[pair[r] / group]  for r < out_rows (scale may be null = 1).
+// A route plan's gather uses pair = order, group = k; index_select uses group = 1.
+// src: [*, width]  out: [out_rows, width]  scale: [*]
+template <typename T>
+void gather_rows(const T* src, int64_t width, const int32_t* pair, int64_t group, const T* scale,
+                 int64_t out_rows, T* out);
+
+// Its transpose, pulled per destination: out[d] = sum over q in [starts[d], starts[d+1]),
+// ascending, of weight[q] * src[row[q]] (weight may be null = 1).
+// src: [*, width]  out: [dests, width]  starts: [dests + 1]  row, weight: [starts[dests]]
+template <typename T>
+void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t* row, const T* weight,
+              int64_t dests, T* out);
+
+// out[p] = <a[a_row[p]], b[p / group]> for p < pairs.   a, b: [*, width]  out: [pairs]
+template <typename T>
+void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs,
+              T* out);
+
+// Grouped GEMM over segments of rows; offsets: [segments + 1].
+//   out[seg e] = x[seg e] · w[e]      x: [R, in]  w: [E, in, out]   out: [R, out]
+//   with transpose_w: out[seg e] = x[seg e] · w[e]ᵀ, x: [R, out], out: [R, in]
+template <typename T>
+void segment_matmul(const T* x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
+                    int64_t out_features, bool transpose_w, T* out);
+// dw[e] = x[seg e]ᵀ · dy[seg e]; zero for empty segments.
+//   x: [R, in]  dy: [R, out]  dw: [E, in, out]
+template <typename T>
+void segment_matmul_weight_grad(const T* x, const T* dy, const int32_t* offsets, int64_t segments, int64_t in,
+                                int64_t out_features, T* dw);
+
+}  // namespace headroom::cpu

@@ -1,0 +1,472 @@
+// The routing family: route(), topk, index_select, gather_rows,
+// scatter_add_rows and segment_matmul.  Every op is checked against a plain
+// per-token, per-slot loop (outputs and all gradients, gates included), by
+// gradcheck in f64, on the edge cases of design.md §10 (an empty expert, all
+// tokens on one expert, k == E, a single token), and for its error messages.
+#include <algorithm>
+#include <numeric>
+
+#include "headroom/ops/routing.h"
+#include "helpers.h"
+
+using namespace headroom;
+
+namespace {
+
+Tensor param(const Shape& shape, uint64_t seed, DType dtype = DType::f64) {
+  Generator gen(seed);
+  return Tensor::randn(shape, gen, dtype).set_requires_grad();
+}
+
+Tensor random_indices(int64_t tokens, int64_t k, int64_t segments, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<int32_t> values(tokens * k);
+  for (int32_t& v : values) v = int32_t(gen.next_int(segments));
+  return Tensor::from_vector(values, {tokens, k});
+}
+
+// Reference top-k of one row: a stable sort by value, descending, so equal
+// values keep their index order.
+std::vector<int32_t> reference_topk(const std::vector<double>& row, int64_t k) {
+  std::vector<int32_t> idx(row.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+  idx.resize(k);
+  return idx;
+}
+
+}  // namespace
+
+// ---- route ---------------------------------------------------------------------
+
+TEST_CASE("routing: route() on a hand-checkable case") {
+  // Token 0 -> (2, 0), token 1 -> (0, 1), token 2 -> (2, 1); segment 3 is empty.
+  RoutePlan plan = route(Tensor::from_vector<int32_t>({2, 0, 0, 1, 2, 1}, {3, 2}), 4);
+  CHECK(plan.rows() == 6);
+  CHECK(plan.counts.to_vector<int32_t>() == std::vector<int32_t>{2, 2, 2, 0});
+  CHECK(plan.offsets.to_vector<int32_t>() == std::vector<int32_t>{0, 2, 4, 6, 6});
+  // Pairs p = token * 2 + slot, grouped by segment, token order inside each.
+  CHECK(plan.order.to_vector<int32_t>() == std::vector<int32_t>{1, 2, 3, 5, 0, 4});
+  CHECK(plan.position.to_vector<int32_t>() == std::vector<int32_t>{4, 0, 1, 2, 5, 3});
+  CHECK(plan.segment.to_vector<int32_t>() == std::vector<int32_t>{0, 0, 1, 1, 2, 2});
+  std::vector<int64_t> tokens;
+  for (int64_t r = 0; r < plan.rows(); ++r) tokens.push_back(plan.token_of_row(r));
+  CHECK(tokens == std::vector<int64_t>{0, 1, 1, 2, 0, 2});
+  CHECK(plan.segment_of_row(3) == 1);
+}
+
+TEST_CASE("routing: route() offsets, stable order and inverse maps on random indices") {
+  const int64_t tokens = 37, k = 3, segments = 5;
+  Tensor indices = random_indices(tokens, k, segments, 7);
+  RoutePlan plan = route(indices, segments);
+  std::vector<int32_t> chosen = indices.to_vector<int32_t>(), order = plan.order.to_vector<int32_t>(),
+                       position = plan.position.to_vector<int32_t>(),
+                       offsets = plan.offsets.to_vector<int32_t>();
+  for (int64_t e = 0; e < segments; ++e) {
+    CHECK(offsets[e + 1] - offsets[e] == std::count(chosen.begin(), chosen.end(), int32_t(e)));
+    for (int32_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+      CHECK(chosen[order[r]] == e);
+      CHECK(plan.segment_of_row(r) == e);
+      if (r > offsets[e]) CHECK(order[r - 1] < order[r]);  // stable: token, then slot order
+    }
+  }
+  CHECK(offsets.back() == tokens * k);
+  for (int64_t p = 0; p < tokens * k; ++p) CHECK(order[position[p]] == p);
+  for (int64_t r = 0; r < tokens * k; ++r) CHECK(position[order[r]] == r);
+}
+
+TEST_CASE("routing: route() errors") {
+  CHECK_THROWS_HEADROOM(route(Tensor::from_vector<int32_t>({0, 4}, {1, 2}), 4),
+                        "[route] index 4 of token 0 is outside [0, 4)");
+  CHECK_THROWS_HEADROOM(route(Tensor::from_vector<int32_t>({0, 1, -1, 0}, {2, 2}), 4),
+                        "[route] index -1 of token 1 is outside [0, 4)");
+  CHECK_THROWS_HEADROOM(route(Tensor::zeros({2, 2}), 4), "[route] expected indices of dtype i32, got f32");
+  CHECK_THROWS_HEADROOM(route(Tensor::zeros({4}, DType::i32), 4), "[route] expected indices of shape [N, k]");
+  CHECK_THROWS_HEADROOM(route(Tensor::zeros({2, 1}, DType::i32), 0),
+                        "[route] number of segments must be >= 1");
+}
+
+// ---- topk ----------------------------------------------------------------------
+
+TEST_CASE("routing: topk breaks ties by the lowest index and ranks NaN first") {
+  Tensor x = Tensor::from_vector<float>({1, 3, 3, 2, 3}, {1, 5});
+  TopK three = topk(x, 3);
+  CHECK(three.values.to_vector<float>() == std::vector<float>{3, 3, 3});
+  CHECK(three.indices.to_vector<int32_t>() == std::vector<int32_t>{1, 2, 4});
+  TopK all = topk(x, 5);
+  CHECK(all.indices.to_vector<int32_t>() == std::vector<int32_t>{1, 2, 4, 3, 0});
+  CHECK(all.indices.dtype() == DType::i32);
+
+  TopK with_nan = topk(Tensor::from_vector<double>({0.5, NAN, 2, NAN}, {4}), 3);
+  CHECK(with_nan.indices.to_vector<int32_t>() == std::vector<int32_t>{1, 3, 2});
+}
+
+TEST_CASE("routing: topk matches a stable-sort reference, values and gradient") {
+  // Small integers make many ties; a permuted view makes the input non-contiguous.
+  Generator gen(3);
+  std::vector<double> raw(4 * 3 * 9);
+  for (double& v : raw) v = double(gen.next_int(5));
+  Tensor base = Tensor::from_vector(raw, {3, 9, 4}).set_requires_grad();
+  Tensor x = base.permute({2, 0, 1});  // [4, 3, 9], non-contiguous
+  const int64_t k = 4;
+  TopK result = topk(x, k);
+  CHECK(result.values.shape() == Shape{4, 3, k});
+
+  std::vector<double> xs = x.to_vector<double>(), values = result.values.to_vector<double>();
+  std::vector<int32_t> indices = result.indices.to_vector<int32_t>();
+  Tensor seed = Tensor::randn({4, 3, k}, gen, DType::f64);
+  result.values.backward(seed);
+  std::vector<double> seeds = seed.to_vector<double>(),
+                      grad = base.grad().permute({2, 0, 1}).to_vector<double>();
+  std::vector<double> expected_grad(xs.size(), 0.0);
+  for (int64_t row = 0; row < 12; ++row) {
+    std::vector<double> v(xs.begin() + row * 9, xs.begin() + (row + 1) * 9);
+    std::vector<int32_t> want = reference_topk(v, k);
+    for (int64_t j = 0; j < k; ++j) {
+      CHECK(indices[row * k + j] == want[j]);
+      CHECK(values[row * k + j] == v[want[j]]);
+      expected_grad[row * 9 + want[j]] = seeds[row * k + j];
+    }
+  }
+  CHECK(grad == expected_grad);
+}
+
+TEST_CASE("routing: topk gradcheck (f64, non-contiguous)") {
+  Tensor x = param({5, 2, 6}, 11);
+  auto fn = [](const std::vector<Tensor>& in) { return topk(in[0].transpose(0, 1), 3).values; };
+  auto r = gradcheck(fn, {x});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("routing: topk errors") {
+  CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}), 9),
+                        "[topk] k=9 exceeds the size 8 of the last dimension");
+  CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}), 0), "[topk] k must be at least 1");
+  CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}, DType::i32), 1),
+                        "[topk] expected input of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(topk(Tensor::scalar(1), 1), "[topk] expected at least one dimension");
+}
+
+// ---- index_select ----------------------------------------------------------------
+
+TEST_CASE("routing: index_select matches a loop on every dimension, with repeated indices") {
+  Tensor x = Tensor::arange(0, 2 * 3 * 4, 1, DType::i32).reshape({2, 3, 4});
+  std::vector<int32_t> idx = {2, 0, 2};
+  Tensor indices = Tensor::from_vector(idx);
+  for (int dim = 0; dim < 3; ++dim) {
+    std::vector<int32_t> picks;
+    for (int32_t i : idx) picks.push_back(std::min<int32_t>(i, int32_t(x.size(dim)) - 1));
+    Tensor out = index_select(x, dim, Tensor::from_vector(picks));
+    Shape shape = x.shape();
+    shape[dim] = 3;
+    REQUIRE(out.shape() == shape);
+    std::vector<int32_t> got = out.to_vector<int32_t>(), want;
+    for (int64_t a = 0; a < shape[0]; ++a)
+      for (int64_t b = 0; b < shape[1]; ++b)
+        for (int64_t c = 0; c < shape[2]; ++c) {
+          int64_t src[3] = {a, b, c};
+          src[dim] = picks[src[dim]];
+          want.push_back(int32_t(src[0] * 12 + src[1] * 4 + src[2]));
+        }
+    CHECK(got == want);
+  }
+  // A 0-d index keeps the dimension, with size 1 (as in PyTorch).
+  CHECK(index_select(x, -1, Tensor::scalar(3, DType::i32)).to_vector<int32_t>() ==
+        std::vector<int32_t>{3, 7, 11, 15, 19, 23});
+  CHECK(index_select(x, 1, indices).shape() == Shape{2, 3, 4});
+}
+
+TEST_CASE("routing: index_select backward adds repeated rows; gradcheck (f64, non-contiguous)") {
+  Tensor x = Tensor::zeros({4, 2}, DType::f64).set_requires_grad();
+  Tensor out = index_select(x, 0, Tensor::from_vector<int32_t>({3, 1, 3, 3}));
+  out.backward(Tensor::from_vector<double>({1, 2, 3, 4, 5, 6, 7, 8}, {4, 2}));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0, 3, 4, 0, 0, 13, 16});
+
+  Tensor base = param({5, 3, 4}, 5);
+  const std::vector<int32_t> picks[3] = {{1, 3, 1, 0}, {4, 1, 4}, {2, 0, 2, 2}};  // per dim of [4, 5, 3]
+  for (int dim = 0; dim < 3; ++dim) {
+    auto fn = [&](const std::vector<Tensor>& in) {
+      return index_select(in[0].permute({2, 0, 1}), dim, Tensor::from_vector(picks[dim]));  // non-contiguous
+    };
+    auto r = gradcheck(fn, {base});
+    CHECK_MESSAGE(r.ok, "dim ", dim, ": ", r.message);
+  }
+}
+
+TEST_CASE("routing: index_select errors") {
+  Tensor x = Tensor::zeros({5, 2});
+  CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::from_vector<int32_t>({1, 5})),
+                        "[index_select] index 5 at position 1 is out of range for dimension 0 of size 5");
+  CHECK_THROWS_HEADROOM(index_select(x, 1, Tensor::from_vector<int32_t>({-1})),
+                        "[index_select] index -1 at position 0 is out of range");
+  CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::zeros({2})),
+                        "[index_select] expected indices of dtype i32, got f32");
+  CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::zeros({1, 2}, DType::i32)),
+                        "[index_select] expected 0-d or 1-d");
+  CHECK_THROWS_HEADROOM(index_select(x, 2, Tensor::zeros({1}, DType::i32)),
+                        "[index_select] dimension 2 is out of range");
+}
+
+// ---- gather_rows / scatter_add_rows ---------------------------------------------------
+
+TEST_CASE("routing: gather_rows and scatter_add_rows match slot loops and are transposes") {
+  const int64_t tokens = 5, k = 2, segments = 3, width = 4;
+  RoutePlan plan = route(random_indices(tokens, k, segments, 21), segments);
+  Generator gen(4);
+  Tensor x = Tensor::randn({tokens, width}, gen, DType::f64);
+  Tensor y = Tensor::randn({tokens * k, width}, gen, DType::f64);
+  Tensor gates = Tensor::randn({tokens, k}, gen, DType::f64);
+  std::vector<double> xs = x.to_vector<double>(), ys = y.to_vector<double>(), gs = gates.to_vector<double>();
+  std::vector<int32_t> position = plan.position.to_vector<int32_t>();
+
+  std::vector<double> gathered(tokens * k * width), combined(tokens * width, 0.0),
+      summed(tokens * width, 0.0);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t c = 0; c < width; ++c) {
+        const int64_t r = position[t * k + j];
+        gathered[r * width + c] = xs[t * width + c];
+        combined[t * width + c] += gs[t * k + j] * ys[r * width + c];
+        summed[t * width + c] += ys[r * width + c];
+      }
+  CHECK_CLOSE(gather_rows(x, plan).to_vector<double>(), gathered, 0.0, 0.0);
+  CHECK_CLOSE(scatter_add_rows(y, gates, plan).to_vector<double>(), combined, 1e-14, 0.0);
+  CHECK_CLOSE(scatter_add_rows(y, Tensor(), plan).to_vector<double>(), summed, 1e-14, 0.0);
+
+  // <gather(x), y> == <x, scatter(y, unit gates)>
+  auto dot = [](const Tensor& a, const Tensor& b) {
+    std::vector<double> u = a.to_vector<double>(), v = b.to_vector<double>();
+    return std::inner_product(u.begin(), u.end(), v.begin(), 0.0);
+  };
+  CHECK(dot(gather_rows(x, plan), y) == doctest::Approx(dot(x, scatter_add_rows(y, Tensor(), plan))));
+}
+
+TEST_CASE("routing: gather_rows and scatter_add_rows gradchecks (f64, non-contiguous)") {
+  const int64_t tokens = 4, k = 2, segments = 3;
+  RoutePlan plan = route(random_indices(tokens, k, segments, 8), segments);
+  Tensor x_t = param({3, tokens}, 1);  // used as its transpose [tokens, 3]
+  auto gather = [&](const std::vector<Tensor>& in) { return gather_rows(in[0].t(), plan); };
+  auto r = gradcheck(gather, {x_t});
+  CHECK_MESSAGE(r.ok, r.message);
+
+  Tensor y = param({tokens * k, 3}, 2), gates_t = param({k, tokens}, 3);
+  auto scatter = [&](const std::vector<Tensor>& in) { return scatter_add_rows(in[0], in[1].t(), plan); };
+  r = gradcheck(scatter, {y, gates_t});
+  CHECK_MESSAGE(r.ok, r.message);
+  auto unit = [&](const std::vector<Tensor>& in) {
+    return scatter_add_rows(in[0].slice(1, 0, 3, 2), Tensor(), plan);
+  };
+  r = gradcheck(unit, {y});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("routing: gather_rows and scatter_add_rows errors") {
+  RoutePlan plan = route(random_indices(4, 2, 3, 1), 3);
+  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({5, 3}), plan),
+                        "[gather_rows] expected x of shape [4, D] for a plan of 4 tokens, got (5,3)");
+  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}, DType::i32), plan),
+                        "[gather_rows] expected input of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), RoutePlan()), "[gather_rows] the route plan");
+  RoutePlan tampered = plan;
+  tampered.k = 3;
+  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), tampered),
+                        "is not one route() built for these sizes");
+
+  CHECK_THROWS_HEADROOM(
+      scatter_add_rows(Tensor::zeros({6, 3}), Tensor(), plan),
+      "[scatter_add_rows] expected y_grouped of shape [8, D] for a plan of 4 tokens with k=2, got (6,3)");
+  CHECK_THROWS_HEADROOM(
+      scatter_add_rows(Tensor::zeros({8, 3}), Tensor::zeros({4, 3}), plan),
+      "[scatter_add_rows] gates have shape (4,3) but the plan routes 4 tokens with k=2, expected (4,2)");
+  CHECK_THROWS_HEADROOM(scatter_add_rows(Tensor::zeros({8, 3}), Tensor::zeros({4, 2}, DType::f64), plan),
+                        "[scatter_add_rows] expected gates of dtype f32, got f64");
+}
+
+// ---- segment_matmul -----------------------------------------------------------------
+
+TEST_CASE("routing: segment_matmul matches a per-row loop; an unused weight slice gets zero gradient") {
+  const int64_t tokens = 6, k = 1, segments = 4, in = 3, out = 2;
+  // Segment 2 receives no rows.
+  RoutePlan plan = route(Tensor::from_vector<int32_t>({1, 0, 3, 1, 0, 1}, {tokens, k}), segments);
+  Tensor x = param({tokens * k, in}, 1), w = param({segments, in, out}, 2);
+  Tensor y = segment_matmul(x, w, plan);
+  Generator gen(9);
+  Tensor seed = Tensor::randn({tokens * k, out}, gen, DType::f64);
+  y.backward(seed);
+
+  std::vector<double> xs = x.to_vector<double>(), ws = w.to_vector<double>(), ss = seed.to_vector<double>();
+  std::vector<double> want_y(tokens * k * out, 0.0), want_dx(xs.size(), 0.0), want_dw(ws.size(), 0.0);
+  for (int64_t r = 0; r < tokens * k; ++r) {
+    const int64_t e = plan.segment_of_row(r);
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o) {
+        const double wv = ws[(e * in + i) * out + o];
+        want_y[r * out + o] += xs[r * in + i] * wv;
+        want_dx[r * in + i] += ss[r * out + o] * wv;
+        want_dw[(e * in + i) * out + o] += xs[r * in + i] * ss[r * out + o];
+      }
+  }
+  CHECK_CLOSE(y.to_vector<double>(), want_y, 1e-12, 0.0);
+  CHECK_CLOSE(x.grad().to_vector<double>(), want_dx, 1e-12, 0.0);
+  CHECK_CLOSE(w.grad().to_vector<double>(), want_dw, 1e-12, 0.0);
+  std::vector<double> unused = w.grad().select(0, 2).to_vector<double>();
+  CHECK(std::all_of(unused.begin(), unused.end(), [](double v) { return v == 0.0; }));
+}
+
+TEST_CASE("routing: segment_matmul gradcheck (f64, non-contiguous x and W, an empty segment)") {
+  RoutePlan plan = route(Tensor::from_vector<int32_t>({0, 2, 2, 0, 3, 2}, {3, 2}), 4);
+  Tensor x_t = param({3, 6}, 4);     // x = x_tᵀ: [6, 3]
+  Tensor w_p = param({4, 2, 3}, 5);  // W = permuted: [4, 3, 2]
+  auto fn = [&](const std::vector<Tensor>& in) {
+    return segment_matmul(in[0].t(), in[1].transpose(1, 2), plan);
+  };
+  auto r = gradcheck(fn, {x_t, w_p});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("routing: segment_matmul errors") {
+  RoutePlan twelve = route(random_indices(4, 1, 12, 2), 12);
+  CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({4, 512}), Tensor::zeros({8, 512, 64}), twelve),
+                        "[segment_matmul] the plan has 12 segments but weights have shape (8,512,64)");
+  RoutePlan plan = route(random_indices(4, 2, 3, 2), 3);
+  CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({7, 5}), Tensor::zeros({3, 5, 2}), plan),
+                        "[segment_matmul] expected x_grouped of shape (8,5) for a plan of 8 grouped rows and "
+                        "weights of shape (3,5,2), got (7,5)");
+  CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 4}), Tensor::zeros({3, 5, 2}), plan),
+                        "expected x_grouped of shape (8,5)");
+  CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 5}), Tensor::zeros({3, 5, 2}, DType::f64), plan),
+                        "[segment_matmul] expected weight of dtype f32, got f64");
+  CHECK_THROWS_HEADROOM(
+      segment_matmul(Tensor::zeros({8, 5}, DType::i32), Tensor::zeros({3, 5, 2}, DType::i32), plan),
+      "[segment_matmul] expected x_grouped of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 5}), Tensor::zeros({15, 2}), plan),
+                        "[segment_matmul] expected weights of shape [E, in, out], got (15,2)");
+}
+
+TEST_CASE("routing: empty cases: no tokens, no slots, zero-width weights") {
+  RoutePlan no_tokens = route(Tensor::zeros({0, 2}, DType::i32), 3);
+  CHECK(gather_rows(Tensor::zeros({0, 4}), no_tokens).shape() == Shape{0, 4});
+  CHECK(scatter_add_rows(Tensor::zeros({0, 4}), Tensor::zeros({0, 2}), no_tokens).shape() == Shape{0, 4});
+  CHECK(segment_matmul(Tensor::zeros({0, 4}), Tensor::zeros({3, 4, 2}), no_tokens).shape() == Shape{0, 2});
+
+  RoutePlan no_slots = route(Tensor::zeros({3, 0}, DType::i32), 2);
+  CHECK(gather_rows(Tensor::ones({3, 4}), no_slots).shape() == Shape{0, 4});
+  CHECK(scatter_add_rows(Tensor::zeros({0, 4}), Tensor(), no_slots).to_vector<float>() ==
+        std::vector<float>(12, 0.0f));
+
+  RoutePlan plan = route(Tensor::from_vector<int32_t>({1, 0, 1}, {3, 1}), 2);
+  CHECK(segment_matmul(Tensor::ones({3, 0}), Tensor::ones({2, 0, 2}), plan).to_vector<float>() ==
+        std::vector<float>(6, 0.0f));
+}
+
+// ---- a whole MoE layer against a per-token, per-slot loop ------------------------------
+//
+// logits [N, E] --topk--> gates, experts [N, k] --route--> plan
+// x [N, D] --gather_rows--> [N*k, D] --segment_matmul(W [E, D, H])--> [N*k, H]
+//          --scatter_add_rows(gates)--> out [N, H]
+// Reference: out[t] = sum_j gate[t, j] * x[t] · W[e(t, j)], and its gradients
+// with respect to x, W and the logits (through the selected gates).
+
+namespace {
+
+struct MoeCase {
+  const char* name;
+  int64_t tokens, dim, hidden, experts, k;
+  double bias_expert_logit;  // added to one expert's logits: +100 takes every token, -100 none
+  int64_t biased_expert;
+};
+
+void check_moe_layer(const MoeCase& c, DType dtype, double tolerance) {
+  CAPTURE(c.name);
+  Tensor x = param({c.tokens, c.dim}, 31, dtype), w = param({c.experts, c.dim, c.hidden}, 32, dtype);
+  std::vector<double> raw_logits = Tensor::randn({c.tokens, c.experts}, DType::f64).to_vector<double>();
+  for (int64_t t = 0; t < c.tokens; ++t) raw_logits[t * c.experts + c.biased_expert] += c.bias_expert_logit;
+  Tensor logits = Tensor::from_vector(raw_logits, {c.tokens, c.experts}).to(dtype).set_requires_grad();
+
+  TopK routed = topk(logits, c.k);
+  RoutePlan plan = route(routed.indices, c.experts);
+  Tensor out = scatter_add_rows(segment_matmul(gather_rows(x, plan), w, plan), routed.values, plan);
+  Generator gen(77);
+  Tensor seed = Tensor::randn({c.tokens, c.hidden}, gen, dtype);
+  out.backward(seed);
+
+  std::vector<double> xs = x.to_vector<double>(), ws = w.to_vector<double>(), ss = seed.to_vector<double>(),
+                      gates = routed.values.to_vector<double>();
+  std::vector<int32_t> experts = routed.indices.to_vector<int32_t>();
+  std::vector<double> want_out(c.tokens * c.hidden, 0.0), want_dx(xs.size(), 0.0), want_dw(ws.size(), 0.0),
+      want_dlogits(c.tokens * c.experts, 0.0);
+  for (int64_t t = 0; t < c.tokens; ++t)
+    for (int64_t j = 0; j < c.k; ++j) {
+      const int64_t e = experts[t * c.k + j];
+      const double g = gates[t * c.k + j];
+      for (int64_t h = 0; h < c.hidden; ++h) {
+        double expert_out = 0;  // (x[t] · W[e])[h]
+        for (int64_t d = 0; d < c.dim; ++d)
+          expert_out += xs[t * c.dim + d] * ws[(e * c.dim + d) * c.hidden + h];
+        const double dout = ss[t * c.hidden + h];
+        want_out[t * c.hidden + h] += g * expert_out;
+        want_dlogits[t * c.experts + e] += expert_out * dout;
+        for (int64_t d = 0; d < c.dim; ++d) {
+          want_dx[t * c.dim + d] += g * ws[(e * c.dim + d) * c.hidden + h] * dout;
+          want_dw[(e * c.dim + d) * c.hidden + h] += g * xs[t * c.dim + d] * dout;
+        }
+      }
+    }
+  CHECK_CLOSE(out.to_vector<double>(), want_out, tolerance, tolerance);
+  CHECK_CLOSE(x.grad().to_vector<double>(), want_dx, tolerance, tolerance);
+  CHECK_CLOSE(w.grad().to_vector<double>(), want_dw, tolerance, tolerance);
+  CHECK_CLOSE(logits.grad().to_vector<double>(), want_dlogits, tolerance, tolerance);
+}
+
+const MoeCase kMoeCases[] = {
+    {"random routing", 9, 5, 4, 4, 2, 0, 0},
+    {"an empty expert", 7, 3, 2, 4, 2, -100, 2},
+    {"all tokens on one expert", 6, 4, 3, 5, 1, 100, 3},
+    {"k == E", 5, 3, 4, 3, 3, 0, 0},
+    {"a single token", 1, 4, 3, 4, 2, 0, 0},
+};
+
+}  // namespace
+
+TEST_CASE("routing: an MoE layer matches a per-token, per-slot loop (outputs and all gradients)") {
+  manual_seed(123);
+  for (const MoeCase& c : kMoeCases) check_moe_layer(c, DType::f64, 1e-12);
+  check_moe_layer(kMoeCases[0], DType::f32, 1e-5);
+}
+
+TEST_CASE("routing: the MoE layer passes gradcheck through topk, gather, segment_matmul and scatter") {
+  Tensor x = param({5, 3}, 41), w = param({4, 3, 2}, 42), logits = param({5, 4}, 43);
+  auto layer = [](const std::vector<Tensor>& in) {
+    TopK routed = topk(in[2], 2);
+    RoutePlan plan = route(routed.indices, 4);
+    return scatter_add_rows(segment_matmul(gather_rows(in[0], plan), in[1], plan), routed.values, plan);
+  };
+  auto r = gradcheck(layer, {x, w, logits});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("routing: a larger MoE layer runs the parallel paths, matches the loop and is bitwise reproducible") {
+  // Above the kernels' parallel threshold, with several busy experts at once.
+  manual_seed(5);
+  const MoeCase big{"parallel", 300, 48, 40, 6, 2, 0, 0};
+  check_moe_layer(big, DType::f64, 1e-10);
+  auto run = [&] {
+    Tensor x = param({big.tokens, big.dim}, 1, DType::f32),
+           w = param({big.experts, big.dim, big.hidden}, 2, DType::f32);
+    RoutePlan plan = route(random_indices(big.tokens, big.k, big.experts, 3), big.experts);
+    Tensor gates = param({big.tokens, big.k}, 4, DType::f32);
+    Tensor out = scatter_add_rows(segment_matmul(gather_rows(x, plan), w, plan), gates, plan);
+    out.backward(Tensor::ones(out.shape()));
+    return std::vector<std::vector<float>>{out.to_vector<float>(), x.grad().to_vector<float>(),
+                                           w.grad().to_vector<float>(), gates.grad().to_vector<float>()};
+  };
+  // Fixed-order reductions: the same bits on one thread and on two.
+  const int threads = num_threads();
+  set_num_threads(1);
+  auto one_thread = run();
+  set_num_threads(2);
+  auto two_threads = run();
+  set_num_threads(threads);
+  CHECK(one_thread == two_threads);
+  CHECK(run() == two_threads);
+}
