@@ -326,7 +326,7 @@ TEST_CASE("attention matches frozen PyTorch fixtures (causal + padding, h_kv = 1
     Tensor v = f.get(name + ".v").to(DType::f64).set_requires_grad();
     AttentionOptions o;
     o.causal = true;
-    if (name == "padded") o.key_padding_mask = f.get(name + ".key_padding_mask");
+    if (name == "padded") o.key_padding_mask = f.get(name + ".key_padding_mask").to(DType::b8);
     Tensor out = attention(q, k, v, o);
     out.backward(f.get(name + ".grad_out").to(DType::f64));
     CHECK_CLOSE(out, f.get(name + ".out"), 1e-12, 1e-10);

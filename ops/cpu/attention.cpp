@@ -10,8 +10,8 @@
 #include <cstring>
 #include <limits>
 
-#include "headroom/core/rng.h"
 #include "headroom/core/threading.h"
+#include "headroom/ops/cpu/nn.h"
 
 namespace headroom::cpu {
 
@@ -117,7 +117,7 @@ template <typename T>
 struct Scratch {
   std::vector<T> scores = std::vector<T>(kQueryTile * kKeyBlock);
   std::vector<T> grad_scores = std::vector<T>(kQueryTile * kKeyBlock);
-  std::vector<T> keep = std::vector<T>(kQueryTile * kKeyBlock);
+  std::vector<T> dropped = std::vector<T>(kQueryTile * kKeyBlock);  // backward: P after dropout
   std::vector<T> row_max = std::vector<T>(kQueryTile);
   std::vector<T> row_sum = std::vector<T>(kQueryTile);  // forward: softmax sums; backward: D
 };
@@ -139,17 +139,18 @@ void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q, i
   }
 }
 
-// keep[rows, n]: 1/(1-p) where the dropout mask keeps (row, key), else 0.
+// y[rows, n] = x with the tile's dropout mask applied (dropped → 0, kept ×
+// 1/(1-p)), for keys [s0, s0 + n).  Element (b, head, t, s) uses draw
+// first + ((b*h + head)*T + t)*S + s: the row-major index of the [B, h, T, S]
+// probabilities, as dropout() on a materialised P would draw it.
 template <typename T>
-void dropout_multipliers(const AttentionProblem& p, const Tile<T>& tile, int64_t s0, int64_t n, T* keep) {
-  const Generator gen(p.dropout_seed);
-  const T kept = T(1 / (1 - p.dropout));
+void apply_dropout(const AttentionProblem& p, const Tile<T>& tile, int64_t s0, int64_t n, const T* x, T* y) {
+  const T kept_scale = T(1 / (1 - p.dropout));
   for (int64_t i = 0; i < tile.rows; ++i) {
     const int64_t t = p.positions[tile.row0 + i];
     const uint64_t first =
         p.dropout_first + uint64_t(((tile.batch * p.heads + tile.head) * p.seq_len + t) * p.num_keys + s0);
-    for (int64_t j = 0; j < n; ++j)
-      keep[i * n + j] = gen.uniform_at(first + uint64_t(j)) >= p.dropout ? kept : T(0);
+    dropout_apply(x + i * n, y + i * n, n, p.dropout_seed, first, p.dropout, kept_scale);
   }
 }
 
@@ -210,8 +211,7 @@ void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T*
     for (int64_t i = 0; i < m; ++i)
       online_softmax_row(probs + i * n, n, s.row_max[i], s.row_sum[i], acc + i * d, d);
     if (p.dropout > 0) {
-      dropout_multipliers(p, tile, s0, n, s.keep.data());
-      for (int64_t j = 0; j < m * n; ++j) probs[j] *= s.keep[j];
+      apply_dropout(p, tile, s0, n, probs, probs);
     }
     gemm(false, false, m, d, n, T(1), probs, n, tile.v + s0 * d, d, T(1), acc, d);  // acc += P·V
   }
@@ -245,12 +245,11 @@ void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, c
     masked_scores(p, tile, q, s0, n, probs);
     for (int64_t i = 0; i < m; ++i) exp_shifted(probs + i * n, n, lse[tile.row0 + i]);
     gemm(false, true, m, n, d, T(1), dout_tile, d, tile.v + s0 * d, d, T(0), dprobs, n);  // dO·Vᵀ
-    const T* kept_probs = probs;
+    const T* kept_probs = probs;  // P after dropout
     if (p.dropout > 0) {
-      dropout_multipliers(p, tile, s0, n, s.keep.data());
-      for (int64_t j = 0; j < m * n; ++j) dprobs[j] *= s.keep[j];
-      for (int64_t j = 0; j < m * n; ++j) s.keep[j] *= probs[j];  // keep becomes the dropped P
-      kept_probs = s.keep.data();
+      apply_dropout(p, tile, s0, n, probs, s.dropped.data());
+      apply_dropout(p, tile, s0, n, dprobs, dprobs);  // the gradient of P passes the same mask
+      kept_probs = s.dropped.data();
     }
     gemm(true, false, n, d, m, T(1), kept_probs, n, dout_tile, d, T(1), dv + s0 * d, d);  // dV += Pᵀ·dO
     for (int64_t i = 0; i < m; ++i)

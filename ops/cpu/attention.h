@@ -44,6 +44,7 @@ struct AttentionProblem {
   double dropout = 0;                     // drop probability on P
   uint64_t dropout_seed = 0, dropout_first = 0;  // element (b, head, t, s) uses draw
                                                   // first + ((b*h + head)*T + t)*S + s
+                                                  // (cpu::dropout_apply's convention)
   std::vector<AttentionGroup> groups;
   std::vector<int32_t> positions;  // [R]: query position t of each row
 };
