@@ -154,11 +154,12 @@ void apply_dropout(const AttentionProblem& p, const Tile<T>& tile, int64_t s0, i
   }
 }
 
+// (Written as a comparison, not std::max: GCC vectorises only this form.)
 template <typename T>
 T max_of(const T* x, int64_t n, T init) {
   T m = init;
 #pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
   return m;
 }
 
