@@ -211,9 +211,7 @@ void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T*
     masked_scores(p, tile, q, s0, n, probs);
     for (int64_t i = 0; i < m; ++i)
       online_softmax_row(probs + i * n, n, s.row_max[i], s.row_sum[i], acc + i * d, d);
-    if (p.dropout > 0) {
-      apply_dropout(p, tile, s0, n, probs, probs);
-    }
+    if (p.dropout > 0) apply_dropout(p, tile, s0, n, probs, probs);
     gemm(false, false, m, d, n, T(1), probs, n, tile.v + s0 * d, d, T(1), acc, d);  // acc += P·V
   }
   for (int64_t i = 0; i < m; ++i) {  // normalise; a row that saw no key stays 0
