@@ -1,0 +1,166 @@
+// Attention: validation, the query groups of the dense and routed forms, and
+// the one recorded op both go through (backward below its forward).
+#include "headroom/ops/attention.h"
+
+#include <cmath>
+#include <memory>
+
+#include "headroom/autograd/node.h"
+#include "headroom/ops/cpu/attention.h"
+
+namespace headroom {
+namespace {
+
+using cpu::AttentionGroup;
+using cpu::AttentionProblem;
+
+// Calls fn(T{}) with T = float or double for a floating dtype.
+template <typename Fn>
+void dispatch_floating(DType dtype, Fn&& fn) {
+  if (dtype == DType::f32) fn(float{});
+  else fn(double{});
+}
+
+// k, v [B, h_kv, S, d_h] with h_kv == h or 1, of q's dtype and device; the mask
+// b8 [B, S]; the option values in range.
+void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch,
+                  int64_t heads, int64_t d_h, const AttentionOptions& opts) {
+  check_floating(op, q, "q");
+  check_dtype(op, k, q.dtype(), "k");
+  check_dtype(op, v, q.dtype(), "v");
+  check_cpu(op, {q, k, v, opts.key_padding_mask});
+  check_same_device(op, {q, k, v});
+  HEADROOM_CHECK(d_h >= 1, "[", op, "] head dimension d_h must be >= 1, got q of shape ", shape_str(q.shape()));
+  HEADROOM_CHECK(k.dim() == 4 && k.size(0) == batch && k.size(3) == d_h, "[", op,
+                 "] expected k of shape [B=", batch, ", h_kv, S, d_h=", d_h, "], got ", shape_str(k.shape()));
+  HEADROOM_CHECK(v.shape() == k.shape(), "[", op, "] expected v of the shape of k ", shape_str(k.shape()),
+                 ", got ", shape_str(v.shape()));
+  HEADROOM_CHECK(k.size(1) == heads || k.size(1) == 1, "[", op, "] k and v must have h_kv == h (", heads,
+                 ") or 1 heads, got h_kv = ", k.size(1));
+  const Tensor& mask = opts.key_padding_mask;
+  if (mask.defined()) {
+    check_dtype(op, mask, DType::b8, "key_padding_mask");
+    HEADROOM_CHECK(mask.dim() == 2 && mask.size(0) == batch && mask.size(1) == k.size(2), "[", op,
+                   "] expected key_padding_mask of shape [B=", batch, ", S=", k.size(2), "], got ",
+                   shape_str(mask.shape()));
+  }
+  HEADROOM_CHECK(opts.dropout >= 0 && opts.dropout < 1, "[", op, "] dropout must be in [0, 1), got ",
+                 opts.dropout);
+  HEADROOM_CHECK(std::isfinite(opts.scale), "[", op, "] scale must be finite, got ", opts.scale);
+}
+
+// Everything but the groups and positions; reserves the dropout draws.
+AttentionProblem make_problem(const Tensor& k, int64_t heads, int64_t seq_len, int64_t d_h,
+                              const AttentionOptions& opts) {
+  AttentionProblem p;
+  p.batch = k.size(0);
+  p.d_h = d_h;
+  p.heads = heads;
+  p.kv_heads = k.size(1);
+  p.seq_len = seq_len;
+  p.num_keys = k.size(2);
+  p.scale = opts.scale != 0 ? opts.scale : 1 / std::sqrt(double(d_h));
+  p.causal = opts.causal;
+  p.causal_offset = opts.causal_offset;
+  p.dropout = opts.dropout;
+  if (opts.dropout > 0) {
+    Generator& gen = opts.generator ? *opts.generator : default_generator();
+    p.dropout_seed = gen.seed();
+    p.dropout_first = gen.reserve(uint64_t(p.batch * heads * seq_len * p.num_keys));
+  }
+  return p;
+}
+
+// The op both forms share.  q_rows [R, d_h]; k, v [B, h_kv, S, d_h] → [R, d_h].
+Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, const Tensor& v,
+                      AttentionProblem problem, const Tensor& key_padding_mask) {
+  Tensor q_c = q_rows.contiguous(), k_c = k.contiguous(), v_c = v.contiguous();
+  Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
+  problem.key_padding = mask.defined() ? mask.data<uint8_t>() : nullptr;
+  Tensor out = Tensor::empty(q_c.shape(), q_c.dtype());  // [R, d_h]
+  Tensor lse = Tensor::empty({q_c.size(0)}, q_c.dtype());  // [R]: log-sum-exp of each row's scores
+  dispatch_floating(q_c.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::attention_forward<T>(problem, q_c.data<T>(), k_c.data<T>(), v_c.data<T>(), out.data<T>(),
+                              lse.data<T>());
+  });
+
+  // Backward recomputes P from q, k and lse (cpu/attention.h).
+  auto shared = std::make_shared<const AttentionProblem>(std::move(problem));
+  autograd::record(
+      out, op, {q_c, k_c, v_c}, {q_c, k_c, v_c, out.detach(), lse, mask},
+      [shared](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+        const Tensor &q = s[0], &k = s[1], &v = s[2], &out = s[3], &lse = s[4], &mask = s[5];
+        AttentionProblem p = *shared;
+        p.key_padding = mask.defined() ? mask.data<uint8_t>() : nullptr;
+        Tensor dout = g.contiguous();                      // [R, d_h]
+        Tensor dq = Tensor::empty(q.shape(), q.dtype());  // [R, d_h]
+        Tensor dk = Tensor::empty(k.shape(), k.dtype());  // [B, h_kv, S, d_h]
+        Tensor dv = Tensor::empty(v.shape(), v.dtype());
+        dispatch_floating(q.dtype(), [&](auto tag) {
+          using T = decltype(tag);
+          cpu::attention_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
+                                     lse.data<T>(), dout.data<T>(), dq.data<T>(), dk.data<T>(),
+                                     dv.data<T>());
+        });
+        if (grads.wants(0)) grads.add(0, dq);
+        if (grads.wants(1)) grads.add(1, dk);
+        if (grads.wants(2)) grads.add(2, dv);
+      });
+  return out;
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opts) {
+  HEADROOM_CHECK(q.dim() == 4, "[attention] expected q of shape [B, h, T, d_h], got ", shape_str(q.shape()));
+  const int64_t batch = q.size(0), heads = q.size(1), seq_len = q.size(2), d_h = q.size(3);
+  check_inputs("attention", q, k, v, batch, heads, d_h, opts);
+
+  // One group per (b, head): rows (b*h + head)*T + t of q viewed as [B*h*T, d_h].
+  AttentionProblem p = make_problem(k, heads, seq_len, d_h, opts);
+  for (int64_t bh = 0; bh < batch * heads; ++bh) {
+    p.groups.push_back({bh * seq_len, (bh + 1) * seq_len, bh / heads, bh % heads});
+    for (int64_t t = 0; t < seq_len; ++t) p.positions.push_back(int32_t(t));
+  }
+  Tensor out = attention_rows("attention", q.reshape({batch * heads * seq_len, d_h}), k, v, std::move(p),
+                              opts.key_padding_mask);
+  return out.view({batch, heads, seq_len, d_h});
+}
+
+Tensor routed_attention(const Tensor& q_rows, const Tensor& k, const Tensor& v, const RoutePlan& plan,
+                        int64_t seq_len, const AttentionOptions& opts) {
+  const char* op = "routed_attention";
+  HEADROOM_CHECK(q_rows.dim() == 2 && q_rows.size(0) == plan.rows(), "[", op,
+                 "] expected q_rows of shape [plan.rows()=", plan.rows(), ", d_h], got ",
+                 shape_str(q_rows.shape()));
+  HEADROOM_CHECK(k.dim() == 4, "[", op, "] expected k of shape [B, h_kv, S, d_h], got ", shape_str(k.shape()));
+  HEADROOM_CHECK(seq_len >= 1 && plan.num_tokens == k.size(0) * seq_len, "[", op, "] plan has ",
+                 plan.num_tokens, " tokens but B*T = ", k.size(0), "*", seq_len);
+  check_cpu(op, {plan.offsets, plan.order});
+  const int64_t heads = plan.num_segments, d_h = q_rows.size(1);
+  check_inputs(op, q_rows, k, v, k.size(0), heads, d_h, opts);
+
+  // One group per (segment = head, batch): a segment's rows are in token
+  // order, so each batch's rows form one run, sorted by position.
+  AttentionProblem p = make_problem(k, heads, seq_len, d_h, opts);
+  p.positions.resize(plan.rows());
+  const int32_t* offsets = plan.offsets.data<int32_t>();
+  for (int64_t head = 0; head < heads; ++head) {
+    for (int64_t r = offsets[head]; r < offsets[head + 1]; ++r) {
+      const int64_t token = plan.token_of_row(r), batch = token / seq_len;
+      p.positions[r] = int32_t(token % seq_len);
+      if (r == offsets[head] || batch != p.groups.back().batch) {
+        HEADROOM_CHECK(r == offsets[head] || batch > p.groups.back().batch, "[", op, "] rows of segment ",
+                       head, " are not in token order (row ", r, ")");
+        p.groups.push_back({r, r, batch, head});
+      }
+      HEADROOM_CHECK(p.positions[r] >= p.positions[std::max<int64_t>(r - 1, p.groups.back().row_begin)],
+                     "[", op, "] rows of segment ", head, " are not in token order (row ", r, ")");
+      p.groups.back().row_end = r + 1;
+    }
+  }
+  return attention_rows(op, q_rows, k, v, std::move(p), opts.key_padding_mask);
+}
+
+}  // namespace headroom

@@ -1,0 +1,355 @@
+// CPU attention kernels (see attention.h for the layout and the plan).
+// Every matrix product is a small single-threaded BLAS call on one tile; the
+// parallelism is over tiles (forward) and query groups (backward).
+#include "headroom/ops/cpu/attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "headroom/core/threading.h"
+#include "headroom/ops/cpu/nn.h"
+
+namespace headroom::cpu {
+
+void exp_inplace(float* x, int64_t n) {
+  // exp(x) = 2^k * exp(r), k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2]
+  // (ln 2 split in two parts so r is exact), exp(r) by Cephes' degree-7 polynomial.
+  // Three passes over chunks, because GCC (with its default -ftrapping-math)
+  // vectorises a clamp or a select alone but not one feeding the polynomial.
+  constexpr float kLowest = -87.3f, kHighest = 88.0f;  // below kLowest: exactly 0
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  constexpr int64_t kChunk = 64;
+  float clamped[kChunk], result[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - i0);
+    float* xs = x + i0;
+    for (int64_t i = 0; i < m; ++i) clamped[i] = std::min(std::max(xs[i], kLowest), kHighest);
+    for (int64_t i = 0; i < m; ++i) {
+      const float c = clamped[i];
+      const float k = (c * 1.44269504088896341f + kRound) - kRound;
+      const float r = c - k * 0.693359375f + k * 2.12194440e-4f;
+      float poly = 1.9875691500e-4f;
+      poly = poly * r + 1.3981999507e-3f;
+      poly = poly * r + 8.3334519073e-3f;
+      poly = poly * r + 4.1665795894e-2f;
+      poly = poly * r + 1.6666665459e-1f;
+      poly = poly * r + 5.0000001201e-1f;
+      poly = poly * r * r + r + 1.0f;
+      const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;  // 2^k
+      float two_k;
+      std::memcpy(&two_k, &bits, sizeof two_k);
+      result[i] = poly * two_k;
+    }
+    for (int64_t i = 0; i < m; ++i) xs[i] = xs[i] < kLowest ? 0.0f : result[i];
+  }
+}
+
+void exp_inplace(double* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
+}
+
+namespace {
+
+template <typename T>
+constexpr T kInf = std::numeric_limits<T>::infinity();
+
+// C[m, n] = alpha * op(A) * op(B) + beta * C, row-major, on the calling thread.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// Number of keys [0, n) that query position `pos` may see under the causal mask.
+int64_t causal_extent(const AttentionProblem& p, int64_t pos) {
+  if (!p.causal) return p.num_keys;
+  return std::clamp<int64_t>(pos + p.causal_offset + 1, 0, p.num_keys);
+}
+
+// One tile: `rows` consecutive query rows of a group, sorted by position.
+template <typename T>
+struct Tile {
+  int64_t row0 = 0, rows = 0;  // rows [row0, row0 + rows) of q
+  int64_t batch = 0, head = 0;
+  const T* k = nullptr;        // [S, d_h] keys of the tile's K/V sequence
+  const T* v = nullptr;        // [S, d_h]
+  int64_t num_keys = 0;        // keys [0, num_keys) are visible to at least its last row
+};
+
+template <typename T>
+Tile<T> make_tile(const AttentionProblem& p, const AttentionGroup& g, int64_t row0, const T* k, const T* v) {
+  Tile<T> tile;
+  tile.row0 = row0;
+  tile.rows = std::min(kQueryTile, g.row_end - row0);
+  tile.batch = g.batch;
+  tile.head = g.head;
+  const int64_t kv = g.batch * p.kv_heads + (p.kv_heads == 1 ? 0 : g.head);
+  tile.k = k + kv * p.num_keys * p.d_h;
+  tile.v = v + kv * p.num_keys * p.d_h;
+  tile.num_keys = causal_extent(p, p.positions[row0 + tile.rows - 1]);
+  return tile;
+}
+
+// Work of a tile, for ordering the heaviest first.
+template <typename T>
+int64_t tile_cost(const Tile<T>& tile) {
+  return tile.rows * std::max<int64_t>(tile.num_keys, 1);
+}
+
+// Threads for a pass of `cost` tile rows × keys: one when the work is too
+// small to pay for waking a team (tens of microseconds on a busy machine).
+int threads_for(const AttentionProblem& p, int64_t cost) {
+  constexpr int64_t kMinParallelMultiplyAdds = int64_t(1) << 20;
+  return cost * p.d_h < kMinParallelMultiplyAdds ? 1 : num_threads();
+}
+
+// Per-thread buffers, each one score block [kQueryTile, kKeyBlock].
+template <typename T>
+struct Scratch {
+  std::vector<T> scores = std::vector<T>(kQueryTile * kKeyBlock);
+  std::vector<T> grad_scores = std::vector<T>(kQueryTile * kKeyBlock);
+  std::vector<T> dropped = std::vector<T>(kQueryTile * kKeyBlock);  // backward: P after dropout
+  std::vector<T> row_max = std::vector<T>(kQueryTile);
+  std::vector<T> row_sum = std::vector<T>(kQueryTile);  // forward: softmax sums; backward: D
+};
+
+// scores[rows, n] = scale * Q_tile · K[s0 : s0+n]ᵀ, with -inf where the key is
+// hidden from the row (after its causal limit, or padded).
+template <typename T>
+void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q, int64_t s0, int64_t n,
+                   T* scores) {
+  const int64_t d = p.d_h;
+  gemm(false, true, tile.rows, n, d, T(p.scale), q + tile.row0 * d, d, tile.k + s0 * d, d, T(0), scores, n);
+  const uint8_t* padded = p.key_padding ? p.key_padding + tile.batch * p.num_keys + s0 : nullptr;
+  for (int64_t i = 0; i < tile.rows; ++i) {
+    T* row = scores + i * n;
+    const int64_t visible = causal_extent(p, p.positions[tile.row0 + i]) - s0;
+    for (int64_t j = std::max<int64_t>(visible, 0); j < n; ++j) row[j] = -kInf<T>;
+    if (padded)
+      for (int64_t j = 0; j < n; ++j) row[j] = padded[j] ? -kInf<T> : row[j];
+  }
+}
+
+// y[rows, n] = x with the tile's dropout mask applied (dropped → 0, kept ×
+// 1/(1-p)), for keys [s0, s0 + n).  Element (b, head, t, s) uses draw
+// first + ((b*h + head)*T + t)*S + s: the row-major index of the [B, h, T, S]
+// probabilities, as dropout() on a materialised P would draw it.
+template <typename T>
+void apply_dropout(const AttentionProblem& p, const Tile<T>& tile, int64_t s0, int64_t n, const T* x, T* y) {
+  const T kept_scale = T(1 / (1 - p.dropout));
+  for (int64_t i = 0; i < tile.rows; ++i) {
+    const int64_t t = p.positions[tile.row0 + i];
+    const uint64_t first =
+        p.dropout_first + uint64_t(((tile.batch * p.heads + tile.head) * p.seq_len + t) * p.num_keys + s0);
+    dropout_apply(x + i * n, y + i * n, n, p.dropout_seed, first, p.dropout, kept_scale);
+  }
+}
+
+// (Written as a comparison, not std::max: GCC vectorises only this form.)
+template <typename T>
+T max_of(const T* x, int64_t n, T init) {
+  T m = init;
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+template <typename T>
+T sum_of(const T* x, int64_t n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) s += x[j];
+  return s;
+}
+
+// x[j] = exp(x[j] - shift).
+template <typename T>
+void exp_shifted(T* x, int64_t n, T shift) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) x[j] -= shift;
+  exp_inplace(x, n);
+}
+
+// One online-softmax step for one row: turns the row's scores into
+// exp(score - running max), updates the running max and sum, and rescales the
+// row's output accumulator [d] to the new max.
+template <typename T>
+void online_softmax_row(T* x, int64_t n, T& running_max, T& running_sum, T* acc, int64_t d) {
+  const T new_max = max_of(x, n, running_max);
+  if (new_max == -kInf<T>) {  // nothing visible yet: no weight on these keys
+    std::fill(x, x + n, T(0));
+    return;
+  }
+  exp_shifted(x, n, new_max);
+  const T rescale = running_max == -kInf<T> ? T(0) : std::exp(running_max - new_max);
+  running_sum = running_sum * rescale + sum_of(x, n);
+  running_max = new_max;
+  if (rescale != T(1))
+    for (int64_t c = 0; c < d; ++c) acc[c] *= rescale;
+}
+
+template <typename T>
+void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out, T* lse,
+                  Scratch<T>& s) {
+  const int64_t d = p.d_h, m = tile.rows;
+  T* acc = out + tile.row0 * d;  // [m, d]: the output rows accumulate in place
+  std::fill(acc, acc + m * d, T(0));
+  std::fill(s.row_max.begin(), s.row_max.end(), -kInf<T>);
+  std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
+  for (int64_t s0 = 0; s0 < tile.num_keys; s0 += kKeyBlock) {
+    const int64_t n = std::min(kKeyBlock, tile.num_keys - s0);
+    T* probs = s.scores.data();  // [m, n]
+    masked_scores(p, tile, q, s0, n, probs);
+    for (int64_t i = 0; i < m; ++i)
+      online_softmax_row(probs + i * n, n, s.row_max[i], s.row_sum[i], acc + i * d, d);
+    if (p.dropout > 0) apply_dropout(p, tile, s0, n, probs, probs);
+    gemm(false, false, m, d, n, T(1), probs, n, tile.v + s0 * d, d, T(1), acc, d);  // acc += P·V
+  }
+  for (int64_t i = 0; i < m; ++i) {  // normalise; a row that saw no key stays 0
+    const T sum = s.row_sum[i];
+    const T inv = sum > 0 ? T(1) / sum : T(0);
+    for (int64_t c = 0; c < d; ++c) acc[i * d + c] *= inv;
+    lse[tile.row0 + i] = sum > 0 ? s.row_max[i] + std::log(sum) : kInf<T>;
+  }
+}
+
+// dq rows of the tile, and dk/dv [S, d_h] of its (b, head) (accumulated).
+template <typename T>
+void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, const T* out, const T* lse,
+                   const T* dout, T* dq, T* dk, T* dv, Scratch<T>& s) {
+  const int64_t d = p.d_h, m = tile.rows;
+  const T* q_tile = q + tile.row0 * d;      // [m, d]
+  const T* dout_tile = dout + tile.row0 * d;
+  T* dq_tile = dq + tile.row0 * d;
+  std::fill(dq_tile, dq_tile + m * d, T(0));
+  T* row_dot = s.row_sum.data();  // D = rowsum(dO ∘ O)  [m]
+  for (int64_t i = 0; i < m; ++i) {
+    T acc = 0;
+    for (int64_t c = 0; c < d; ++c) acc += dout_tile[i * d + c] * out[(tile.row0 + i) * d + c];
+    row_dot[i] = acc;
+  }
+  for (int64_t s0 = 0; s0 < tile.num_keys; s0 += kKeyBlock) {
+    const int64_t n = std::min(kKeyBlock, tile.num_keys - s0);
+    T* probs = s.scores.data();        // P  [m, n]
+    T* dprobs = s.grad_scores.data();  // dP, then dS  [m, n]
+    masked_scores(p, tile, q, s0, n, probs);
+    for (int64_t i = 0; i < m; ++i) exp_shifted(probs + i * n, n, lse[tile.row0 + i]);
+    gemm(false, true, m, n, d, T(1), dout_tile, d, tile.v + s0 * d, d, T(0), dprobs, n);  // dO·Vᵀ
+    const T* kept_probs = probs;  // P after dropout
+    if (p.dropout > 0) {
+      apply_dropout(p, tile, s0, n, probs, s.dropped.data());
+      apply_dropout(p, tile, s0, n, dprobs, dprobs);  // the gradient of P passes the same mask
+      kept_probs = s.dropped.data();
+    }
+    gemm(true, false, n, d, m, T(1), kept_probs, n, dout_tile, d, T(1), dv + s0 * d, d);  // dV += Pᵀ·dO
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        dprobs[i * n + j] = probs[i * n + j] * (dprobs[i * n + j] - row_dot[i]);  // dS
+    const T scale = T(p.scale);
+    gemm(true, false, n, d, m, scale, dprobs, n, q_tile, d, T(1), dk + s0 * d, d);          // dK += dSᵀ·Q
+    gemm(false, false, m, d, n, scale, dprobs, n, tile.k + s0 * d, d, T(1), dq_tile, d);   // dQ += dS·K
+  }
+}
+
+// Calls fn(tile) for every tile of a group.
+template <typename T, typename Fn>
+void for_each_tile(const AttentionProblem& p, const AttentionGroup& g, const T* k, const T* v, Fn&& fn) {
+  for (int64_t row0 = g.row_begin; row0 < g.row_end; row0 += kQueryTile) fn(make_tile(p, g, row0, k, v));
+}
+
+}  // namespace
+
+template <typename T>
+void attention_forward(const AttentionProblem& p, const T* q, const T* k, const T* v, T* out, T* lse) {
+  std::vector<Tile<T>> tiles;
+  for (const AttentionGroup& g : p.groups)
+    for_each_tile(p, g, k, v, [&](const Tile<T>& tile) { tiles.push_back(tile); });
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const Tile<T>& a, const Tile<T>& b) { return tile_cost(a) > tile_cost(b); });
+  int64_t total_cost = 0;
+  for (const Tile<T>& tile : tiles) total_cost += tile_cost(tile);
+  BlasSingleThreadGuard blas_single_thread;
+#pragma omp parallel num_threads(threads_for(p, total_cost))
+  {
+    Scratch<T> scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < int64_t(tiles.size()); ++i) forward_tile(p, tiles[i], q, out, lse, scratch);
+  }
+}
+
+template <typename T>
+void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
+                        const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+  // Each group writes dK/dV of its own (b, head): straight into dk/dv when
+  // every head has its own K/V, else into per-head partials summed below.
+  const int64_t kv_size = p.num_keys * p.d_h;
+  const bool shared_kv = p.kv_heads != p.heads;
+  std::vector<T> partial_dk, partial_dv;
+  if (shared_kv) {
+    partial_dk.assign(p.batch * p.heads * kv_size, T(0));
+    partial_dv.assign(p.batch * p.heads * kv_size, T(0));
+  }
+  T* dk_heads = shared_kv ? partial_dk.data() : dk;  // [B, h, S, d_h]
+  T* dv_heads = shared_kv ? partial_dv.data() : dv;
+  std::fill(dk, dk + p.batch * p.kv_heads * kv_size, T(0));
+  std::fill(dv, dv + p.batch * p.kv_heads * kv_size, T(0));
+
+  std::vector<std::pair<int64_t, size_t>> order;  // (-cost, group): heaviest first
+  int64_t total_cost = 0;
+  for (size_t gi = 0; gi < p.groups.size(); ++gi) {
+    int64_t cost = 0;
+    for_each_tile(p, p.groups[gi], k, v, [&](const Tile<T>& tile) { cost += tile_cost(tile); });
+    order.push_back({-cost, gi});
+    total_cost += cost;
+  }
+  std::stable_sort(order.begin(), order.end());
+  const int threads = threads_for(p, total_cost);
+  {
+    BlasSingleThreadGuard blas_single_thread;
+#pragma omp parallel num_threads(threads)
+    {
+      Scratch<T> scratch;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < int64_t(order.size()); ++i) {
+        const AttentionGroup& g = p.groups[order[i].second];
+        const int64_t slice = (g.batch * p.heads + g.head) * kv_size;
+        for_each_tile(p, g, k, v, [&](const Tile<T>& tile) {
+          backward_tile(p, tile, q, out, lse, dout, dq, dk_heads + slice, dv_heads + slice, scratch);
+        });
+      }
+    }
+  }
+  if (!shared_kv) return;
+  // dK[b, 0] = Σ_head partial[b, head], heads in order (deterministic).
+#pragma omp parallel for num_threads(threads)
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t head = 0; head < p.heads; ++head) {
+      const T* pk = dk_heads + (b * p.heads + head) * kv_size;
+      const T* pv = dv_heads + (b * p.heads + head) * kv_size;
+      for (int64_t i = 0; i < kv_size; ++i) {
+        dk[b * kv_size + i] += pk[i];
+        dv[b * kv_size + i] += pv[i];
+      }
+    }
+}
+
+template void attention_forward<float>(const AttentionProblem&, const float*, const float*, const float*,
+                                       float*, float*);
+template void attention_forward<double>(const AttentionProblem&, const double*, const double*,
+                                        const double*, double*, double*);
+template void attention_backward<float>(const AttentionProblem&, const float*, const float*, const float*,
+                                        const float*, const float*, const float*, float*, float*, float*);
+template void attention_backward<double>(const AttentionProblem&, const double*, const double*,
+                                         const double*, const double*, const double*, const double*,
+                                         double*, double*, double*);
+
+}  // namespace headroom::cpu

@@ -1,0 +1,69 @@
+#pragma once
+// CPU attention kernels: FlashAttention-2 style blocked online softmax over
+// "query groups", shared by dense and routed attention.
+//
+// Both forms see the queries as a row matrix q [R, d_h].  A query group is a
+// contiguous run of rows that belong to one (batch b, head) and attend to the
+// keys of one K/V sequence; its rows are sorted by query position.
+//   dense:  R = B*h*T, group (b, head) = rows [(b*h + head)*T, +T), position t
+//   routed: R = plan rows, group = the rows of segment `head` whose token is in
+//           batch b (rows of a segment are in token order), position token % T
+// A group is cut into tiles of kQueryTile rows; a tile meets the keys in
+// blocks of kKeyBlock.  With a causal mask a tile only visits the keys its
+// last (latest) row can see, so blocks beyond the diagonal are skipped.
+//
+// Forward saves the log-sum-exp of each row's scaled, masked scores (+inf for
+// a row that sees no key: its output is 0 and its gradients are 0).  Backward
+// recomputes P = exp(scores - lse) tile by tile; one thread owns a whole group
+// (its dQ rows and its slice of dK/dV), so no atomics are needed and results
+// do not depend on the thread count.
+#include <cstdint>
+#include <vector>
+
+namespace headroom::cpu {
+
+// 64 × 64 (measured at B=8, h=8, T=512, d_h=64: key blocks of 128–512 and
+// query tiles of 32 or 128 were no faster forward and slower backward).
+constexpr int64_t kQueryTile = 64;
+constexpr int64_t kKeyBlock = 64;
+
+struct AttentionGroup {
+  int64_t row_begin = 0, row_end = 0;  // rows [row_begin, row_end) of q
+  int64_t batch = 0, head = 0;
+};
+
+struct AttentionProblem {
+  int64_t batch = 0;     // B
+  int64_t d_h = 0;
+  int64_t heads = 0;     // h
+  int64_t kv_heads = 0;  // h_kv: h, or 1 (every head reads K/V head 0)
+  int64_t seq_len = 0;   // T: query positions per sequence (dropout index)
+  int64_t num_keys = 0;  // S
+  double scale = 1;
+  bool causal = false;
+  int64_t causal_offset = 0;              // key s visible to position t iff s <= t + offset
+  const uint8_t* key_padding = nullptr;   // [B, S], 1 = never attended; null = none
+  double dropout = 0;                     // drop probability on P
+  uint64_t dropout_seed = 0, dropout_first = 0;  // element (b, head, t, s) uses draw
+                                                  // first + ((b*h + head)*T + t)*S + s
+                                                  // (cpu::dropout_apply's convention)
+  std::vector<AttentionGroup> groups;
+  std::vector<int32_t> positions;  // [R]: query position t of each row
+};
+
+// q [R, d_h]; k, v [B, h_kv, S, d_h]; out [R, d_h]; lse [R].  All contiguous.
+template <typename T>
+void attention_forward(const AttentionProblem& p, const T* q, const T* k, const T* v, T* out, T* lse);
+
+// dout [R, d_h] → dq [R, d_h], dk, dv [B, h_kv, S, d_h] (fully overwritten).
+template <typename T>
+void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
+                        const T* lse, const T* dout, T* dq, T* dk, T* dv);
+
+// x[i] = exp(x[i]) in place.  The float version is a branch-free polynomial
+// (Cephes expf, relative error ~1e-7) that the compiler vectorises; inputs
+// below -87.3 (including -inf) give exactly 0.  The double version calls std::exp.
+void exp_inplace(float* x, int64_t n);
+void exp_inplace(double* x, int64_t n);
+
+}  // namespace headroom::cpu
