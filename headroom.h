@@ -21,3 +21,4 @@
 #include "headroom/models/module.h"
 #include "headroom/models/optim.h"
 #include "headroom/models/layers.h"
+#include "headroom/ops/attention.h"
