@@ -169,6 +169,20 @@ void check_dtype(const char* op, const Tensor& t, DType expected, const char* wh
 // Kernels in this build exist for the CPU only; the CUDA issue adds the others.
 void check_cpu(const char* op, const std::vector<Tensor>& tensors);
 
+// Calls fn(T{}) with T = float or double, the C++ type of a floating dtype:
+//   dispatch_floating(x.dtype(), [&](auto zero) { using T = decltype(zero); ... });
+template <typename Fn>
+void dispatch_floating(DType dtype, Fn&& fn) {
+  if (dtype == DType::f32) fn(float{});
+  else fn(double{});
+}
+
+// t.data<T>(), or nullptr for an undefined (optional) tensor.
+template <typename T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
 // Copies src's elements (any strides, broadcast to dst's shape) into dst,
 // converting dtype.  The kernel behind contiguous(), clone(), to() and copy_().
 void copy_elements(const Tensor& src, const Tensor& dst);

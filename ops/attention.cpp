@@ -14,13 +14,6 @@ namespace {
 using cpu::AttentionGroup;
 using cpu::AttentionProblem;
 
-// Calls fn(T{}) with T = float or double for a floating dtype.
-template <typename Fn>
-void dispatch_floating(DType dtype, Fn&& fn) {
-  if (dtype == DType::f32) fn(float{});
-  else fn(double{});
-}
-
 // k, v [B, h_kv, S, d_h] with h_kv == h or 1, of q's dtype and device; the mask
 // b8 [B, S]; the option values in range.
 void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch,

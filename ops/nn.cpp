@@ -9,18 +9,6 @@ namespace headroom {
 
 namespace {
 
-// Calls fn(T{}) with T = float or double, matching a floating dtype.
-template <typename Fn>
-void dispatch_floating(DType dtype, Fn&& fn) {
-  if (dtype == DType::f32) fn(float{});
-  else fn(double{});
-}
-
-template <typename T>
-T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 // The inputs of an op that are defined (optional weights may not be).
 std::vector<Tensor> defined_only(const std::vector<Tensor>& tensors) {
   std::vector<Tensor> out;

@@ -56,18 +56,6 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
 
 namespace {
 
-// Calls fn(T{}) with T the C++ type of a floating dtype (f32 or f64).
-template <typename Fn>
-void dispatch_floating(DType dtype, Fn&& fn) {
-  if (dtype == DType::f32) fn(float{});
-  else fn(double{});
-}
-
-template <typename T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 // A plan's tensors must be the i32 CPU arrays route() makes, sized by its counts.
 void check_plan(const char* op, const RoutePlan& plan) {
   const std::vector<std::pair<const Tensor*, int64_t>> expected = {

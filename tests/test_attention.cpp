@@ -8,6 +8,7 @@
 #include "headroom/ops/attention.h"
 #include "headroom/ops/cpu/attention.h"
 #include "helpers.h"
+#include "headroom/ops/cpu/vector_math.h"
 
 using namespace headroom;
 

@@ -12,45 +12,9 @@
 
 #include "headroom/core/threading.h"
 #include "headroom/ops/cpu/nn.h"
+#include "headroom/ops/cpu/vector_math.h"
 
 namespace headroom::cpu {
-
-void exp_inplace(float* x, int64_t n) {
-  // exp(x) = 2^k * exp(r), k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2]
-  // (ln 2 split in two parts so r is exact), exp(r) by Cephes' degree-7 polynomial.
-  // Three passes over chunks, because GCC (with its default -ftrapping-math)
-  // vectorises a clamp or a select alone but not one feeding the polynomial.
-  constexpr float kLowest = -87.3f, kHighest = 88.0f;  // below kLowest: exactly 0
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-  constexpr int64_t kChunk = 64;
-  float clamped[kChunk], result[kChunk];
-  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-    const int64_t m = std::min(kChunk, n - i0);
-    float* xs = x + i0;
-    for (int64_t i = 0; i < m; ++i) clamped[i] = std::min(std::max(xs[i], kLowest), kHighest);
-    for (int64_t i = 0; i < m; ++i) {
-      const float c = clamped[i];
-      const float k = (c * 1.44269504088896341f + kRound) - kRound;
-      const float r = c - k * 0.693359375f + k * 2.12194440e-4f;
-      float poly = 1.9875691500e-4f;
-      poly = poly * r + 1.3981999507e-3f;
-      poly = poly * r + 8.3334519073e-3f;
-      poly = poly * r + 4.1665795894e-2f;
-      poly = poly * r + 1.6666665459e-1f;
-      poly = poly * r + 5.0000001201e-1f;
-      poly = poly * r * r + r + 1.0f;
-      const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;  // 2^k
-      float two_k;
-      std::memcpy(&two_k, &bits, sizeof two_k);
-      result[i] = poly * two_k;
-    }
-    for (int64_t i = 0; i < m; ++i) xs[i] = xs[i] < kLowest ? 0.0f : result[i];
-  }
-}
-
-void exp_inplace(double* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
-}
 
 namespace {
 
@@ -152,23 +116,6 @@ void apply_dropout(const AttentionProblem& p, const Tile<T>& tile, int64_t s0, i
         p.dropout_first + uint64_t(((tile.batch * p.heads + tile.head) * p.seq_len + t) * p.num_keys + s0);
     dropout_apply(x + i * n, y + i * n, n, p.dropout_seed, first, p.dropout, kept_scale);
   }
-}
-
-// (Written as a comparison, not std::max: GCC vectorises only this form.)
-template <typename T>
-T max_of(const T* x, int64_t n, T init) {
-  T m = init;
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
-  return m;
-}
-
-template <typename T>
-T sum_of(const T* x, int64_t n) {
-  T s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; ++j) s += x[j];
-  return s;
 }
 
 // x[j] = exp(x[j] - shift).

@@ -60,10 +60,4 @@ template <typename T>
 void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
                         const T* lse, const T* dout, T* dq, T* dk, T* dv);
 
-// x[i] = exp(x[i]) in place.  The float version is a branch-free polynomial
-// (Cephes expf, relative error ~1e-7) that the compiler vectorises; inputs
-// below -87.3 (including -inf) give exactly 0.  The double version calls std::exp.
-void exp_inplace(float* x, int64_t n);
-void exp_inplace(double* x, int64_t n);
-
 }  // namespace headroom::cpu

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "headroom/core/rng.h"
+#include "headroom/ops/cpu/vector_math.h"
 
 namespace headroom::cpu {
 
@@ -20,20 +21,7 @@ template <typename T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
 template <typename T>
-T row_max(const T* x, int64_t n) {
-  T top = kNegInf<T>;
-#pragma omp simd reduction(max : top)
-  for (int64_t i = 0; i < n; ++i) top = std::max(top, x[i]);
-  return top;
-}
-
-template <typename T>
-T row_sum(const T* x, int64_t n) {
-  T sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += x[i];
-  return sum;
-}
+T row_max(const T* x, int64_t n) { return max_of(x, n, kNegInf<T>); }
 
 // log(sum(exp(x))), shifted by the row max so that exp never overflows.
 // -inf for a row of all -inf.
@@ -62,12 +50,11 @@ void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
       std::fill(yr, yr + n, log ? kNegInf<T> : T(0));
       continue;
     }
-    T sum = 0;  // one exp per element: y holds exp(x - top) until rescaled
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; ++i) {
-      yr[i] = std::exp(xr[i] - top);
-      sum += yr[i];
-    }
+    // y holds exp(x - top) until rescaled; exp_inplace is the vectorised exp.
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - top;
+    exp_inplace(yr, n);
+    const T sum = sum_of(yr, n);
     if (log) {
       const T lse = top + std::log(sum);
 #pragma omp simd
@@ -88,7 +75,7 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, b
     const T* gr = dy + r * n;
     T* dr = dx + r * n;
     if (log) {
-      const T total = row_sum(gr, n);
+      const T total = sum_of(gr, n);
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) dr[i] = gr[i] - std::exp(yr[i]) * total;
     } else {
@@ -110,7 +97,7 @@ void norm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* 
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * d;  // [d]
     T* yr = y + r * d;
-    const T mu = center ? row_sum(xr, d) / T(d) : T(0);
+    const T mu = center ? sum_of(xr, d) / T(d) : T(0);
     T square_sum = 0;  // two passes: accurate when |mean| >> std
 #pragma omp simd reduction(+ : square_sum)
     for (int64_t i = 0; i < d; ++i) square_sum += (xr[i] - mu) * (xr[i] - mu);
@@ -236,7 +223,7 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* r
     }
     const T nll = lse[r] - xr[targets[r]];  // -log p[target]
     // mean over classes of -log p[c] = lse - mean(x); skipped when unused.
-    const T smooth = s != T(0) ? lse[r] - row_sum(xr, classes) / T(classes) : T(0);
+    const T smooth = s != T(0) ? lse[r] - sum_of(xr, classes) / T(classes) : T(0);
     row_loss[r] = (T(1) - s) * nll + s * smooth;
   }
 }

@@ -1,0 +1,32 @@
+#pragma once
+// Vectorisable row primitives shared by the CPU kernels (softmax, attention):
+// max, sum and an in-place exp that the compiler turns into SIMD code.
+#include <cstdint>
+
+namespace headroom::cpu {
+
+// x[i] = exp(x[i]) in place.  The float version is a branch-free polynomial
+// (Cephes expf, relative error ~1e-7) that the compiler vectorises; inputs
+// below -87.3 (including -inf) give exactly 0.  The double version calls std::exp.
+void exp_inplace(float* x, int64_t n);
+void exp_inplace(double* x, int64_t n);
+
+// max(init, x[0..n)).  Written as a comparison, not std::max: GCC vectorises
+// only this form.
+template <typename T>
+T max_of(const T* x, int64_t n, T init) {
+  T m = init;
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+template <typename T>
+T sum_of(const T* x, int64_t n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) s += x[j];
+  return s;
+}
+
+}  // namespace headroom::cpu
