@@ -34,15 +34,21 @@ void add_into(T* acc, const T* g, int64_t n) {
 
 }  // namespace
 
+// Gradients flowing between nodes are never written in place: a backward
+// function may hand the same tensor to several inputs (add passes g to both),
+// so the first gradient is kept as it is and a second one makes a new sum.
 Tensor accumulate(const Tensor& grad, const Tensor& g) {
-  if (!grad.defined()) return g.contiguous().clone();
+  if (!grad.defined()) return g;
   HEADROOM_CHECK(grad.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ",
                  shape_str(g.shape()), " into one of shape ", shape_str(grad.shape()));
   check_cpu("accumulate", {grad, g});
-  Tensor gc = g.dtype() == grad.dtype() ? g.contiguous() : g.to(grad.dtype());
-  if (grad.dtype() == DType::f32) add_into(grad.data<float>(), gc.data<float>(), grad.numel());
-  else add_into(grad.data<double>(), gc.data<double>(), grad.numel());
-  return grad;
+  Tensor sum = grad.contiguous().clone();
+  Tensor gc = g.dtype() == sum.dtype() ? g.contiguous() : g.to(sum.dtype());
+  dispatch_floating(sum.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    add_into(sum.data<T>(), gc.data<T>(), sum.numel());
+  });
+  return sum;
 }
 
 void Grads::add(size_t i, const Tensor& grad) {
@@ -108,10 +114,22 @@ std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>
   return order;  // inputs before the nodes that use them
 }
 
+// A leaf's .grad is its own contiguous tensor (optimizers and clipping write
+// it in place), so the first gradient is copied and later ones added into it.
 void accumulate_leaf(TensorImpl& leaf, const Tensor& g) {
-  Tensor current = leaf.grad ? Tensor(leaf.grad) : Tensor();
   Tensor gc = g.dtype() == leaf.dtype ? g : g.to(leaf.dtype);
-  leaf.grad = accumulate(current, gc).impl_shared();
+  if (!leaf.grad) {
+    leaf.grad = (gc.is_contiguous() ? gc.clone() : gc.contiguous()).impl_shared();
+    return;
+  }
+  Tensor current(leaf.grad);
+  HEADROOM_CHECK(current.shape() == gc.shape(), "[autograd] cannot accumulate a gradient of shape ",
+                 shape_str(gc.shape()), " into a leaf of shape ", shape_str(current.shape()));
+  Tensor contiguous = gc.contiguous();
+  dispatch_floating(current.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    add_into(current.data<T>(), contiguous.data<T>(), current.numel());
+  });
 }
 
 void release(Node& node) {

@@ -90,7 +90,7 @@ void record(Tensor& out, const char* op, const std::vector<Tensor>& inputs,
 // Runs reverse-mode differentiation from `root` (Tensor::backward calls this).
 void backward(const Tensor& root, const Tensor& seed, bool retain_graph);
 
-// grad += g, shapes equal; used for gradient accumulation.  Returns the sum.
+// grad + g as a new tensor (or g itself when grad is undefined); shapes equal.
 Tensor accumulate(const Tensor& grad, const Tensor& g);
 
 }  // namespace headroom::autograd
