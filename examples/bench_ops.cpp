@@ -11,6 +11,11 @@
 //   2. dispatch nanoseconds per call of tiny ops (matmul [1,1]·[1,1], reshape
 //               and clone of 4 elements), grad mode off and recording, against
 //               the raw kernel
+//   3. attention fused attention (blocked online softmax, backward by
+//               recomputation) vs the same math composed from headroom ops
+//               (matmul, mask, softmax, matmul), B=8 h=8 T=512 d_h=64 causal
+//               f32, forward and forward+backward; also prints one JSON line
+//               that scripts/bench-attention compares with PyTorch
 // A new section is a function taking the Options, named in kSections; it
 // builds its Table rows from time_interleaved() comparisons.
 #include <cblas.h>
@@ -25,6 +30,10 @@
 
 #include "headroom/headroom.h"
 #include "headroom/ops/matmul.h"
+#include "headroom/ops/attention.h"
+#include "headroom/ops/elementwise.h"
+#include "headroom/ops/nn.h"
+#include "headroom/ops/reduce.h"
 
 using namespace headroom;
 
@@ -45,7 +54,7 @@ const char* kUsage =
     "  --threads N     CPU threads for OpenMP and OpenBLAS (default: HEADROOM_NUM_THREADS or the core count)\n"
     "  --iters N       timed pairs per measurement, after warm-up (default 20; matmul uses at least 20)\n"
     "  --smoke         tiny sizes and 1 iteration, for CI\n"
-    "  --only SECTION  run one section: matmul or dispatch (default: all)\n"
+    "  --only SECTION  run one section: matmul, dispatch or attention (default: all)\n"
     "  --help          this text\n";
 
 Options parse_options(int argc, char** argv) {
@@ -268,13 +277,75 @@ void bench_dispatch(const Options& options) {
   table.print();
 }
 
+// ---- section 3: fused attention against the composed math path ------------
+
+// softmax(q·kᵀ·scale + causal mask)·v from separate ops: what PyTorch's math
+// path computes, materialising the [B, h, T, T] scores.
+Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
+  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+  Tensor minus_inf = Tensor::full({}, -INFINITY, q.dtype());
+  return matmul(softmax(where(mask, matmul(q, k.t()) * scale, minus_inf), -1), v);
+}
+
+void bench_attention(const Options& options) {
+  const int64_t B = options.smoke ? 1 : 8, h = options.smoke ? 2 : 8;
+  const int64_t T = options.smoke ? 64 : 512, d_h = 64;
+  Generator gen(1337);
+  Tensor q = Tensor::randn({B, h, T, d_h}, gen).set_requires_grad();
+  Tensor k = Tensor::randn({B, h, T, d_h}, gen).set_requires_grad();
+  Tensor v = Tensor::randn({B, h, T, d_h}, gen).set_requires_grad();
+  Tensor dout = Tensor::randn({B, h, T, d_h}, gen);
+  // mask[t, s] = s <= t, broadcast over batch and heads.
+  Tensor mask = le(Tensor::arange(T).unsqueeze(0), Tensor::arange(T).unsqueeze(1));
+  AttentionOptions causal;
+  causal.causal = true;
+  {  // correctness first: a fast wrong kernel must not report a win
+    NoGradGuard no_grad;
+    std::string mismatch;
+    std::vector<float> fused = attention(q, k, v, causal).to_vector<float>();
+    std::vector<float> composed = composed_attention(q, k, v, mask).to_vector<float>();
+    for (size_t i = 0; i < fused.size(); ++i)
+      HEADROOM_CHECK(std::abs(fused[i] - composed[i]) < 1e-4, "[bench_attention] fused and composed "
+                     "attention differ at element ", i, ": ", fused[i], " vs ", composed[i]);
+  }
+  auto forward = [&](auto&& fn) {
+    return [&, fn] {
+      NoGradGuard no_grad;
+      fn();
+    };
+  };
+  auto train_step = [&](auto&& fn) {
+    return [&, fn] {
+      q.zero_grad(), k.zero_grad(), v.zero_grad();
+      fn().backward(dout);
+    };
+  };
+  auto fused = [&] { return attention(q, k, v, causal); };
+  auto composed = [&] { return composed_attention(q, k, v, mask); };
+  const int iters = options.smoke ? 1 : std::max(5, options.iters / 2);
+  Comparison fwd = time_interleaved(forward(fused), forward(composed), iters, 1, options.smoke ? 0 : 2);
+  Comparison step = time_interleaved(train_step(fused), train_step(composed), iters, 1, options.smoke ? 0 : 2);
+  char title[160];
+  std::snprintf(title, sizeof title, "attention B=%lld h=%lld T=%lld d_h=%lld causal f32, %d thread(s); "
+                "speed-up = composed ms / fused ms", (long long)B, (long long)h, (long long)T, (long long)d_h,
+                options.threads);
+  Table table(title, {"pass", "fused ms", "composed ms", "speed-up (ratio of medians)", "median pair ratio"});
+  for (auto& [name, c] : {std::pair<const char*, Comparison>{"forward", fwd}, {"forward+backward", step}})
+    table.row({name, format("%.2f", c.a_ms), format("%.2f", c.b_ms), format("%.2f", c.ratio_of_medians),
+               format("%.2f", c.median_pair_ratio)});
+  table.print();
+  std::printf("\nJSON {\"bench\": \"attention\", \"threads\": %d, \"forward_ms\": %.3f, "
+              "\"forward_backward_ms\": %.3f}\n", options.threads, fwd.a_ms, step.a_ms);
+}
+
 // ---- main -----------------------------------------------------------------
 
 struct Section {
   const char* name;
   void (*run)(const Options&);
 };
-const Section kSections[] = {{"matmul", bench_matmul}, {"dispatch", bench_dispatch}};
+const Section kSections[] = {
+    {"matmul", bench_matmul}, {"dispatch", bench_dispatch}, {"attention", bench_attention}};
 
 }  // namespace
 
@@ -292,7 +363,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     set_num_threads(options.threads);
-    std::printf("# bench_ops\n\nthreads %d | iters %d%s | OpenBLAS %s\n", options.threads, options.iters,
+    std::printf("# bench_ops\n\nthreads %d | iters %d%s | OpenBLAS %s\n\n", options.threads, options.iters,
                 options.smoke ? " | smoke" : "", openblas_get_config());
     bool ran = false;
     for (const Section& section : kSections) {

@@ -7,9 +7,10 @@ alternately in one job.  Runs with Debian's torch 1.13 CPU build:
     /usr/bin/python3 scripts/bench_attention_torch.py --threads 2
 
 torch 1.13 has no scaled_dot_product_attention, so this is the math path
-written out: softmax(Q·Kᵀ·s + mask)·V with autograd.  "forward" is timed with
-autograd recording (inputs require grad), as in training; "forward_backward"
-adds backward() from a fixed upstream gradient.  Prints one JSON line.
+written out: softmax(Q·Kᵀ·s + mask)·V with autograd.  "forward" is timed
+under torch.no_grad() (inference, as headroom's forward row); "forward_backward"
+records the graph and runs backward() from a fixed upstream gradient.  Prints
+one JSON line.
 """
 import argparse
 import json
@@ -63,12 +64,16 @@ def main():
     def forward():
         return causal_attention(q, k, v, mask, scale)
 
+    def forward_no_grad():
+        with torch.no_grad():
+            forward()
+
     def forward_backward():
         for t in (q, k, v):
             t.grad = None
         forward().backward(grad_out)
 
-    forward_ms, forward_iqr = median_ms(forward, args.warmup, args.iters)
+    forward_ms, forward_iqr = median_ms(forward_no_grad, args.warmup, args.iters)
     forward_backward_ms, forward_backward_iqr = median_ms(forward_backward, args.warmup, args.iters)
     print(json.dumps({
         "bench": "attention_torch",
