@@ -22,3 +22,5 @@
 #include "headroom/models/optim.h"
 #include "headroom/models/layers.h"
 #include "headroom/ops/attention.h"
+#include "headroom/models/attention.h"
+#include "headroom/models/mha.h"

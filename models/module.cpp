@@ -154,4 +154,18 @@ void load_module(Module& module, const std::string& path, bool strict) {
   module.load_state_dict(load_safetensors(path), strict);
 }
 
+void Module::to(DType dtype) {
+  HEADROOM_CHECK(is_floating(dtype), "[Module::to] parameters can only be converted to f32 or f64, got ", dtype);
+  for (auto& [name, t] : state_dict()) {
+    if (!t.is_floating_point() || t.dtype() == dtype) continue;
+    Tensor converted = t.detach().to(dtype);
+    TensorImpl& impl = *t.impl_shared();  // shared with every handle to this entry
+    impl.storage = converted.impl_shared()->storage;
+    impl.strides = converted.strides();
+    impl.offset = 0;
+    impl.dtype = dtype;
+    impl.grad = nullptr;
+  }
+}
+
 }  // namespace headroom

@@ -70,6 +70,10 @@ class Module {
   bool is_training() const { return training_; }
 
   void zero_grad();  // drops every parameter's gradient
+  // Converts every parameter and floating buffer to `dtype` in place (f64 for
+  // gradchecks through whole modules); handles held in members follow, since
+  // they share the converted TensorImpl.  Gradients are dropped.
+  void to(DType dtype);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);

@@ -1,0 +1,89 @@
+#pragma once
+// The attention interface shared by dense MHA, MoA, MoH and MAE, so that a
+// transformer block can use any of them (models/transformer.h chooses by
+// config).  Each method lives in its own file: mha.h, moa.h, moh.h, mae.h.
+//
+// Shapes: x [B, T, d] queries' source; memory [B, S, d] keys'/values' source
+// (undefined: self-attention, S = T); output [B, T, d].
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "headroom/models/module.h"
+#include "headroom/ops/attention.h"
+
+namespace headroom {
+
+// Per-layer state for incremental (token by token) decoding.  Self-attention
+// appends the new tokens' keys and values; cross-attention computes them once
+// from the memory and reuses them.  Methods that need more state (MAE's
+// running prefix sum) keep it in `extra`.
+struct AttentionCache {
+  Tensor k, v;           // [B, h_kv, S_so_far, d_h], undefined before the first call
+  Tensor extra;          // method-specific running state (see each method)
+  int64_t extra_count = 0;
+  int64_t length() const { return k.defined() ? k.size(2) : 0; }
+  void clear() { k = v = extra = Tensor(), extra_count = 0; }
+};
+
+struct AttentionInput {
+  Tensor x;                 // [B, T, d]
+  Tensor memory;            // [B, S, d] for cross-attention; undefined = self-attention
+  bool causal = false;      // query t sees keys s <= t (+ cache length when decoding)
+  Tensor query_padding;     // b8 [B, T], 1 = padded query (MoA zeroes its output)
+  Tensor key_padding;       // b8 [B, S], 1 = padded key, never attended
+  AttentionCache* cache = nullptr;  // decoding: x holds only the new tokens
+};
+
+// What a routed layer decided, for statistics and plots (no gradients).
+struct RoutingStats {
+  Tensor indices;  // i32 [N, k]: heads/experts chosen per query token (N = B*T); undefined for dense
+  Tensor gates;    // f32 [N, E]: the gate of every head/expert (0 where not chosen)
+  Tensor load;     // f32 [E]: (token, slot) assignments per head/expert in this call
+};
+
+struct AttentionOutput {
+  Tensor out;       // [B, T, d]
+  Tensor aux_loss;  // scalar auxiliary loss of this layer, or undefined when the method has none
+  RoutingStats stats;
+};
+
+class Attention : public Module {
+ public:
+  virtual AttentionOutput forward(const AttentionInput& in) = 0;
+  virtual std::string kind() const = 0;  // "mha", "moa", "moh", "mae"
+  // Forward multiply-accumulates of this layer for one sequence of T queries
+  // and S keys, counting matmuls only (methods.md §2.9, §3.4).
+  virtual int64_t macs(int64_t T, int64_t S, bool causal) const = 0;
+};
+
+// ---- helpers shared by the methods ------------------------------------------
+
+// Keys and values to attend over, after the cache.
+struct KeysValues {
+  Tensor k, v;       // [B, h_kv, S, d_h]
+  int64_t past = 0;  // cache length before this call: the causal offset of the new queries
+};
+
+// Projects the key/value source (memory, or x for self-attention) with
+// `project` (source [B, S, d] -> k, v [B, h_kv, S, d_h]) and applies the
+// cache: self-attention appends the new keys and values; cross-attention
+// projects the memory on the first call only and reuses it afterwards.
+using ProjectKeysValues = std::function<std::pair<Tensor, Tensor>(const Tensor& source)>;
+KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& project);
+
+// The attention op's options for an input: causal (self-attention only) with
+// the cache offset, key padding, and dropout when training.
+AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout,
+                                   bool training);
+
+// [B, T, h * d_h] <-> [B, h, T, d_h]
+Tensor split_heads(const Tensor& x, int64_t heads);
+Tensor merge_heads(const Tensor& x);
+
+// Query/key pairs the attention core computes for T queries and S keys:
+// T*S, or only the visible ones under a causal mask (queries at the end of S).
+int64_t attended_pairs(int64_t T, int64_t S, bool causal);
+
+}  // namespace headroom

@@ -1,0 +1,46 @@
+#pragma once
+// Dense multi-head attention (Vaswani et al. 2017), with optional grouped or
+// multi-query key/value heads (kv_heads < heads).  MoH and MAE reuse its
+// projections and its per-head weighting (forward_weighted).
+//
+//   q = x Wq, k = m Wk, v = m Wv            m = memory (or x)
+//   H_j = softmax(q_j k_jᵀ / √d_h + mask) v_j   for every head j
+//   out = concat_j(w_j · H_j) Wo + bo          w_j = 1 for plain MHA
+#include <memory>
+
+#include "headroom/core/rng.h"
+#include "headroom/models/attention.h"
+#include "headroom/models/layers.h"
+
+namespace headroom {
+
+struct MHAConfig {
+  int64_t dim = 0;          // d
+  int64_t heads = 0;        // h; d_h = d / h
+  int64_t kv_heads = 0;     // h_kv: 0 or h = MHA, 1 = MQA, otherwise GQA (divides h)
+  bool bias = true;         // biases on the four projections
+  double attn_dropout = 0;  // on the attention probabilities, training only
+};
+
+class MultiHeadAttention : public Attention {
+ public:
+  explicit MultiHeadAttention(const MHAConfig& config, Generator& gen = default_generator());
+
+  AttentionOutput forward(const AttentionInput& in) override;
+  std::string kind() const override { return "mha"; }
+  int64_t macs(int64_t T, int64_t S, bool causal) const override;
+
+  // The pieces, for methods built on MHA:
+  Tensor queries(const Tensor& x) const;          // [B, T, d] -> [B, h, T, d_h]
+  KeysValues keys_values(const AttentionInput& in) const;  // [B, h_kv, S, d_h], cache applied
+  Tensor head_outputs(const AttentionInput& in);  // H: [B, h, T, d_h]
+  // head_weights: [B, T, h] multiplies each head's output before the output
+  // projection (undefined = all ones).  heads: [B, h, T, d_h] -> [B, T, d]
+  Tensor project_out(const Tensor& heads, const Tensor& head_weights) const;
+
+  MHAConfig config;
+  int64_t head_dim;
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+};
+
+}  // namespace headroom
