@@ -40,7 +40,10 @@ Tensor select_experts(const Tensor& probs, int64_t k, int64_t sampled, Generator
   for (int64_t n = 0; n < rows; ++n) {
     std::vector<double> weight(experts);
     for (int64_t e = 0; e < experts; ++e) weight[e] = p[n * experts + e] + 1e-6;
-    for (int64_t j = 0; j < kept; ++j) weight[top[n * kept + j]] = 0, chosen[n * k + j] = top[n * kept + j];
+    for (int64_t j = 0; j < kept; ++j) {
+      chosen[n * k + j] = top[n * kept + j];
+      weight[chosen[n * k + j]] = 0;
+    }
     for (int64_t j = 0; j < sampled; ++j) {
       double total = 0;
       for (double w : weight) total += w;
