@@ -24,3 +24,4 @@
 #include "headroom/ops/attention.h"
 #include "headroom/models/attention.h"
 #include "headroom/models/mha.h"
+#include "headroom/models/moa.h"
