@@ -1,0 +1,172 @@
+// bench_attention: one attention layer of each conditional method against our
+// dense MHA at the same shape, forward and forward+backward, timed side by
+// side in one process (performance guide §2 Suite A, §4).
+//
+//   bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--smoke]
+//
+// d = 512, h = 8 (d_h = 64), causal self-attention, f32.  Each row reports
+// t(method) / t(MHA) beside the FLOP bound f = MACs(method) / MACs(MHA) from
+// the layers' own macs(), and η = f / ratio, the fraction of the FLOP saving
+// realised (goal on the CPU: η ≥ 0.8).  Before timing, each routed layer is
+// checked against its dense reference path at the benchmark's own shape.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "headroom/headroom.h"
+
+using namespace headroom;
+using namespace headroom::bench;
+
+namespace {
+
+struct Options {
+  int threads = num_threads();
+  int iters = 10;
+  int64_t batch = 4;
+  std::vector<int64_t> seqs = {256, 1024};
+  bool smoke = false;
+};
+
+const char* kUsage =
+    "usage: bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--smoke]\n"
+    "  --threads N  CPU threads (default: HEADROOM_NUM_THREADS or the core count)\n"
+    "  --iters N    timed pairs per measurement (default 10)\n"
+    "  --batch B    sequences per batch (default 4)\n"
+    "  --seq LIST   sequence lengths, comma separated (default 256,1024)\n"
+    "  --smoke      tiny shapes, one iteration (CI)\n";
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--smoke") {
+      o.smoke = true;
+      continue;
+    }
+    if (flag == "--help") {
+      std::printf("%s", kUsage);
+      std::exit(0);
+    }
+    HEADROOM_CHECK(i + 1 < argc, "[bench_attention] flag ", flag, " needs a value");
+    std::string value = argv[++i];
+    if (flag == "--threads") o.threads = std::stoi(value);
+    else if (flag == "--iters") o.iters = std::stoi(value);
+    else if (flag == "--batch") o.batch = std::stoll(value);
+    else if (flag == "--seq") {
+      o.seqs.clear();
+      for (size_t at = 0; at < value.size();) {
+        size_t comma = value.find(',', at);
+        o.seqs.push_back(std::stoll(value.substr(at, comma - at)));
+        at = comma == std::string::npos ? value.size() : comma + 1;
+      }
+    } else HEADROOM_FAIL("[bench_attention] unknown flag ", flag);
+  }
+  if (o.smoke) o.iters = 1, o.batch = 1, o.seqs = {32};
+  return o;
+}
+
+struct Candidate {
+  std::string name;
+  std::shared_ptr<Attention> layer;
+  // Routed output vs the method's dense reference path (max |difference|).
+  std::function<double(const AttentionInput&)> check;
+};
+
+double max_difference(const Tensor& a, const Tensor& b) {
+  std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, double(std::abs(x[i] - y[i])));
+  return worst;
+}
+
+std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
+  std::vector<Candidate> list;
+  auto moa = std::make_shared<MoAAttention>(MoAConfig{d, 8, 2, 64}, gen);
+  // A zero-initialised router sends every token to experts 0 and 1; a random
+  // one spreads the load as a trained router would.
+  { NoGradGuard g; moa->router->weight.copy_(Tensor::randn(moa->router->weight.shape(), gen) * 0.5); }
+  list.push_back({"MoA E=8 k=2 d_h=64", moa, [moa](const AttentionInput& in) {
+                    NoGradGuard g;
+                    return max_difference(moa->forward(in).out, moa->forward_dense_reference(in).out);
+                  }});
+  (void)h;
+  return list;
+}
+
+// One pass of a layer: forward only (no grad) or forward + backward.
+std::function<void()> pass(Attention& layer, const Tensor& x, const Tensor& dout, bool backward) {
+  return [&layer, x, dout, backward] {
+    AttentionInput in{x, Tensor(), true};
+    if (!backward) {
+      NoGradGuard g;
+      layer.forward(in);
+      return;
+    }
+    layer.zero_grad();
+    x.zero_grad();
+    layer.forward(in).out.backward(dout);
+  };
+}
+
+size_t peak_bytes(const std::function<void()>& fn) {
+  size_t base = cpu_backend().memory_stats().active_bytes;
+  cpu_backend().reset_peak_memory();
+  fn();
+  return cpu_backend().memory_stats().peak_bytes - base;
+}
+
+void run(const Options& o) {
+  const int64_t d = 512, h = 8;
+  Generator gen(2026);
+  MultiHeadAttention mha({d, h}, gen);
+  std::vector<Candidate> list = candidates(d, h, gen);
+  for (int64_t T : o.seqs) {
+    Tensor x = Tensor::randn({o.batch, T, d}, gen).set_requires_grad();
+    Tensor dout = Tensor::randn({o.batch, T, d}, gen);
+    char title[200];
+    std::snprintf(title, sizeof title, "attention layer, d=%lld h=%lld B=%lld T=%lld causal f32, %d thread(s)",
+                  (long long)d, (long long)h, (long long)o.batch, (long long)T, o.threads);
+    Table table(title, {"layer", "pass", "ms", "MHA ms", "ratio", "FLOP bound f", "η = f / ratio",
+                        "peak MiB (fwd+bwd)", "routed vs dense max diff"});
+    const double mha_macs = double(mha.macs(T, T, true));
+    for (Candidate& c : list) {
+      double diff = c.check({x.detach(), Tensor(), true});
+      HEADROOM_CHECK(diff < 1e-3, "[bench_attention] ", c.name, " routed output differs from its dense "
+                     "reference by ", diff, ": not timing a wrong kernel");
+      const double bound = double(c.layer->macs(T, T, true)) / mha_macs;
+      double peak = double(peak_bytes(pass(*c.layer, x, dout, true))) / (1 << 20);
+      double mha_peak = double(peak_bytes(pass(mha, x, dout, true))) / (1 << 20);
+      for (bool backward : {false, true}) {
+        Comparison cmp = time_interleaved(pass(*c.layer, x, dout, backward), pass(mha, x, dout, backward),
+                                          o.iters, 1, o.smoke ? 0 : 2);
+        const double ratio = cmp.a_ms / cmp.b_ms;
+        table.row({c.name, backward ? "fwd+bwd" : "forward", format("%.2f", cmp.a_ms), format("%.2f", cmp.b_ms),
+                   format("%.3f", ratio), format("%.3f", bound), format("%.2f", bound / ratio),
+                   backward ? format("%.0f", peak) + " (MHA " + format("%.0f", mha_peak) + ")" : "",
+                   format("%.1e", diff)});
+      }
+    }
+    table.print();
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options o = parse(argc, argv);
+    set_num_threads(o.threads);
+    std::printf("# bench_attention\n");
+    run(o);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

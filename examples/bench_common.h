@@ -1,0 +1,106 @@
+#pragma once
+// Timing and output helpers shared by the benchmark binaries (bench_ops,
+// bench_attention): interleaved side-by-side timing as the performance guide
+// asks (A, B, B, A, ...; medians; ratio of medians and median of per-pair
+// ratios) and Markdown tables.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace headroom::bench {
+
+// ---- timing ---------------------------------------------------------------
+
+// Keeps the compiler from deleting work whose result is never read.
+inline void do_not_optimize(const void* p) { asm volatile("" : : "g"(p) : "memory"); }
+
+inline double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Milliseconds for `reps` calls of fn.
+template <typename Fn>
+double time_ms(Fn& fn, int reps) {
+  auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) fn();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Two timings taken side by side.  Times are per call; ratios are b / a, so
+// a ratio of 0.95 says A runs at 95% of B's speed.
+struct Comparison {
+  double a_ms = 0, b_ms = 0;
+  double ratio_of_medians = 0;
+  double median_pair_ratio = 0;
+};
+
+// Runs a and b alternately (A,B then B,A, ...) `iters` times after `warmup`
+// pairs; each sample times `reps` back-to-back calls (for calls too short to
+// time one by one).
+template <typename FnA, typename FnB>
+Comparison time_interleaved(FnA&& a, FnB&& b, int iters, int reps = 1, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) {
+    time_ms(a, reps);
+    time_ms(b, reps);
+  }
+  std::vector<double> ta, tb, pair_ratios;
+  for (int i = 0; i < iters; ++i) {
+    double first, second;
+    if (i % 2 == 0) {
+      first = time_ms(a, reps);
+      second = time_ms(b, reps);
+    } else {
+      second = time_ms(b, reps);
+      first = time_ms(a, reps);
+    }
+    ta.push_back(first / reps);
+    tb.push_back(second / reps);
+    pair_ratios.push_back(second / first);
+  }
+  Comparison c;
+  c.a_ms = median(ta);
+  c.b_ms = median(tb);
+  c.ratio_of_medians = c.b_ms / c.a_ms;
+  c.median_pair_ratio = median(pair_ratios);
+  return c;
+}
+
+// ---- output ---------------------------------------------------------------
+
+inline std::string format(const char* fmt, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, fmt, value);
+  return buffer;
+}
+
+// A Markdown table, printed when the section is done.
+class Table {
+ public:
+  Table(std::string title, std::vector<std::string> columns)
+      : title_(std::move(title)), columns_(std::move(columns)) {}
+  void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  void print() const {
+    std::printf("\n### %s\n\n", title_.c_str());
+    print_row(columns_);
+    std::string rule = "|";
+    for (size_t i = 0; i < columns_.size(); ++i) rule += "---|";
+    std::printf("%s\n", rule.c_str());
+    for (const auto& cells : rows_) print_row(cells);
+  }
+
+ private:
+  static void print_row(const std::vector<std::string>& cells) {
+    std::string line = "|";
+    for (const auto& cell : cells) line += " " + cell + " |";
+    std::printf("%s\n", line.c_str());
+  }
+  std::string title_;
+  std::vector<std::string> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace headroom::bench
