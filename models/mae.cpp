@@ -58,7 +58,9 @@ Tensor prefix_mean(const AttentionInput& in) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t tau = 0; tau <= t; ++tau) ones_below[t * T + tau] = 1;
   Tensor lower = Tensor::from_vector(ones_below, {T, T}).to(x.dtype());
-  Tensor running = matmul(lower, cat({x * keep, keep}, -1));  // [B, T, d + 1]: sums and counts
+  // One GEMM over every sequence: [T, T] · [T, B * (d + 1)].
+  Tensor totals = cat({x * keep, keep}, -1).permute({1, 0, 2}).reshape({T, B * (d + 1)});
+  Tensor running = matmul(lower, totals).reshape({T, B, d + 1}).permute({1, 0, 2});  // [B, T, d + 1]: sums, counts
   AttentionCache* cache = in.cache;
   if (cache && cache->extra.defined()) {
     HEADROOM_CHECK(cache->extra.dim() == 2 && cache->extra.size(0) == B && cache->extra.size(1) == d + 1,
