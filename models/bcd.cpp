@@ -90,6 +90,8 @@ void BlockCoordinateDescent::finish_step() {
   HEADROOM_CHECK(in_step_, "[BlockCoordinateDescent] finish_step() without begin_step()");
   if (trains_experts()) expert_optimizer_->step();
   if (trains_gates()) gate_optimizer_->step();
+  set_requires_grad(expert_optimizer_->params(), true);  // between steps every parameter is trainable as usual
+  set_requires_grad(gate_optimizer_->params(), true);
   in_step_ = false;
 }
 

@@ -56,7 +56,8 @@ class BlockCoordinateDescent {
   // Sets every layer's mode and which parameters require gradients for the
   // block of `step`, and drops all gradients.
   void begin_step(int64_t step);
-  // Steps the optimizer(s) of the block begin_step chose.
+  // Steps the optimizer(s) of the block begin_step chose, then makes every
+  // parameter require gradients again.
   void finish_step();
   // The parameters the current block trains (for gradient clipping).
   std::vector<Tensor> trained_parameters() const;

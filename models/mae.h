@@ -29,7 +29,9 @@ namespace headroom {
 struct MAEConfig {
   MHAConfig mha;  // heads >= 2
 
-  // What the gate reads (methods.md §4.3, §4.4); padded positions are left out of every mean.
+  // What the gate reads (methods.md §4.3, §4.4).  Padded positions are left
+  // out of every mean: query_padding (or, in self-attention, the key padding)
+  // for x, key_padding for the memory.
   enum class GateInput {
     auto_,        // source_mean for cross-attention, prefix_mean for causal, else seq_mean
     seq_mean,     // mean of x over the sequence: one g per sequence (rejected when causal)
@@ -82,7 +84,8 @@ class MAEAttention : public MultiHeadAttention {
   void set_mode(MAEMode mode) { mode_ = mode; }
   MAEMode mode() const { return mode_; }
 
-  // The responsibilities g: [B, 1, h] for a per-sequence gate, [B, T, h] per token.
+  // The responsibilities g: [B, 1, h] for a per-sequence gate, [B, T, h] per
+  // token.  Advances in.cache's gate state (prefix sums, source mean) as forward does.
   Tensor responsibilities(const AttentionInput& in);
 
   std::vector<Tensor> gate_parameters() const;    // φ

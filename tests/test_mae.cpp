@@ -332,12 +332,14 @@ TEST_CASE("BCD: a frozen block leaves its parameters and optimizer state bitwise
   CHECK(phi.size() == 4);
   CHECK(theta.size() == model.parameters().size() - 4);
   int64_t step = 0;
-  auto run_block = [&](const char* kind) {
+  auto run_block = [&](const char* kind, const std::vector<Tensor>& frozen) {
     CHECK(bcd.block_kind(step) == kind);
     do {
       bcd.begin_step(step);
+      CHECK(!frozen[0].requires_grad());  // the frozen block gets no gradient at all
       cross_entropy(model.forward(ids).out, targets).backward();
       bcd.finish_step();
+      CHECK(frozen[0].requires_grad());
     } while (bcd.block_kind(++step) == kind);
   };
   for (const char* kind : {"warm", "F", "G", "F", "G"}) {
@@ -348,7 +350,7 @@ TEST_CASE("BCD: a frozen block leaves its parameters and optimizer state bitwise
     Optimizer& frozen_opt = gate_frozen ? bcd.gate_optimizer() : bcd.expert_optimizer();
     auto frozen_before = snapshot(frozen), state_before = snapshot(state_tensors(frozen_opt));
     auto trained_before = snapshot(trained);
-    run_block(kind);
+    run_block(kind, frozen);
     CHECK(snapshot(frozen) == frozen_before);
     CHECK(snapshot(state_tensors(frozen_opt)) == state_before);
     auto trained_after = snapshot(trained);
