@@ -192,7 +192,8 @@ Tensor MAEAttention::sample_experts(const Tensor& g) {
 }
 
 AttentionOutput MAEAttention::forward(const AttentionInput& in) {
-  const GateInput source = resolve_gate_input(in);
+  const GateInput source = resolve_gate_input(in);  // validates before the cache is touched
+  const bool per_token_samples = sample_per_token(source);
   Tensor heads = head_outputs(in);  // [B, h, T, d_h]
   const int64_t B = in.x.size(0), T = in.x.size(1), h = config.heads;
   const bool top1 = !is_training() && mae_config.inference == MAEConfig::Inference::top1;
@@ -209,7 +210,7 @@ AttentionOutput MAEAttention::forward(const AttentionInput& in) {
       g = responsibilities(in);
     }
     if (top1) experts = argmax(g, -1);
-    else experts = sample_experts(sample_per_token(source) ? g.expand({B, T, h}) : g);
+    else experts = sample_experts(per_token_samples ? g.expand({B, T, h}) : g);
     weights = drop_one_head(experts, h, heads.dtype());
   }
   AttentionOutput result;
