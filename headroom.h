@@ -25,3 +25,5 @@
 #include "headroom/models/attention.h"
 #include "headroom/models/mha.h"
 #include "headroom/models/moa.h"
+#include "headroom/models/mae.h"
+#include "headroom/models/bcd.h"
