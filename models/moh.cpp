@@ -204,6 +204,8 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   // Head j's share of the output is H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d].
   Tensor projected = segment_matmul(heads, o_proj->weight.t().reshape({h, head_dim, config.dim}), plan);
   Tensor gates = index_select(routing.gates.reshape({n * h}), 0, token_head_rows(routing.heads, h));
+  // The gates weight the rows as they are summed per token: after W_O, which
+  // is linear, so the same as gating H_j before it.
   Tensor out = scatter_add_rows(projected, gates.reshape(routing.heads.shape()), plan);  // [N, d]
   if (o_proj->bias.defined()) out = out + o_proj->bias;  // not gated
   return finish(routing, out.reshape({batch, seq, config.dim}));

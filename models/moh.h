@@ -28,7 +28,8 @@
 // Load balance (training only, layers with K_r > 0), P_e = mean_t r_t[e],
 // f_e = mean_t M_t[e]:  paper L_b = Σ_e P_e f_e;  code L_b = E_r · Σ_e P_e f_e.
 // It is returned unweighted as the layer's aux_loss; the model adds
-// beta · (mean of aux_loss over its routed layers) to the task loss.
+// beta · (mean of aux_loss over its routed layers) to the task loss.  As in
+// MHA, query_padding is not used: padded tokens are routed and counted in L_b.
 //
 // Two forward paths with equal outputs and gradients:
 //   forward()                  computes only the (token, head) pairs that are

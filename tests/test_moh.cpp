@@ -141,6 +141,9 @@ TEST_CASE("MoH gates match a per-token loop of §3.3 (code) and §3.2 (paper); c
     CAPTURE(c.k);
     MoHAttention code(make_config(4 * c.heads, c.heads, c.shared, c.k), gen);
     spread_routers(code, gen);
+    CHECK((code.router_routed != nullptr) == (c.k > 0));  // §3.3: which routers a layer has
+    CHECK((code.router_shared != nullptr) == (c.shared > 1));
+    CHECK((code.router_mix != nullptr) == (c.shared > 0 && c.k > 0));
     MoHConfig paper_config = make_config(4 * c.heads, c.heads, c.shared, c.k, Router::learned, Scaling::paper);
     paper_config.load_balance = MoHConfig::LoadBalance::paper;
     MoHAttention paper(paper_config, gen);
@@ -300,12 +303,17 @@ TEST_CASE("MoH routed path equals the dense reference: output, aux loss and ever
   cases.push_back({make_config(12, 4, 1, 2), "GQA h_kv = 2, no bias"});
   cases.back().config.mha.kv_heads = 2;
   cases.back().config.mha.bias = false;
+  cases.push_back({make_config(8, 4, 2, 1), "attention dropout"});
+  cases.back().config.mha.attn_dropout = 0.25;
   for (const Case& c : cases) {
     CAPTURE(c.name);
     MoHAttention m(c.config, gen);
     spread_routers(m, gen);
     Tensor x = Tensor::randn({2, 5, c.config.mha.dim}, gen), dy = Tensor::randn({2, 5, c.config.mha.dim}, gen);
-    check_same_pass(run(m, false, x, dy), run(m, true, x, dy), 1e-5);
+    manual_seed(12);  // both paths draw the same dropout mask, indexed by (b, head, t, s)
+    Pass routed = run(m, false, x, dy);
+    manual_seed(12);
+    check_same_pass(routed, run(m, true, x, dy), 1e-5);
   }
 }
 
