@@ -1,0 +1,255 @@
+#include "headroom/models/moh.h"
+
+#include <limits>
+#include <vector>
+
+#include "headroom/autograd/grad_mode.h"
+#include "headroom/ops/nn.h"
+#include "headroom/ops/reduce.h"
+#include "headroom/ops/routing.h"
+#include "headroom/ops/shape.h"
+
+namespace headroom {
+
+// What the router decided for N tokens.
+struct MoHAttention::Routing {
+  Tensor gates;   // [N, h]: every head's gate, 0 for inactive heads; differentiable
+  Tensor heads;   // i32 [N, h_s + K_r]: the active heads of each token, shared ones first
+  Tensor scores;  // r [N, E_r]: routed-head probabilities (undefined when K_r = 0)
+  Tensor mask;    // [N, E_r]: 1 for the selected routed heads (constant)
+};
+
+namespace {
+
+constexpr double kStdEps = 1e-6;      // qnorm: the std of the head norms is at least this
+constexpr double kMinSquare = 1e-30;  // qnorm: ‖q‖² floor, so the norm's gradient stays finite
+
+double machine_epsilon(DType dtype) {
+  return dtype == DType::f64 ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
+}
+
+// indices: i32 [N, K] in [0, n)  ->  [N, n] with 1 at the chosen positions.
+Tensor k_hot(const Tensor& indices, int64_t n, DType dtype) {
+  const int64_t rows = indices.size(0), k = indices.size(1);
+  std::vector<int32_t> chosen = indices.to_vector<int32_t>();
+  std::vector<double> mask(rows * n, 0.0);
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t j = 0; j < k; ++j) mask[t * n + chosen[t * k + j]] = 1;
+  return Tensor::from_vector(mask, {rows, n}).to(dtype);
+}
+
+// The shared heads 0..h_s-1, then the chosen routed heads (i32 [N, K] in
+// [0, E_r), or undefined) shifted by h_s  ->  i32 [N, h_s + K].
+Tensor active_head_list(int64_t tokens, int64_t shared, const Tensor& routed_chosen) {
+  const int64_t k = routed_chosen.defined() ? routed_chosen.size(1) : 0;
+  std::vector<int32_t> routed = k ? routed_chosen.to_vector<int32_t>() : std::vector<int32_t>();
+  std::vector<int32_t> heads;
+  heads.reserve(tokens * (shared + k));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < shared; ++i) heads.push_back(int32_t(i));
+    for (int64_t j = 0; j < k; ++j) heads.push_back(int32_t(shared + routed[t * k + j]));
+  }
+  return Tensor::from_vector(heads, {tokens, shared + k});
+}
+
+// Row n * h + heads[n, j] of an [N * h] flattening, for every (n, j) in
+// row-major order of heads [N, k]: picks per-(token, head) entries.
+Tensor token_head_rows(const Tensor& heads, int64_t h) {
+  const int64_t k = heads.size(1);
+  std::vector<int32_t> rows = heads.to_vector<int32_t>();
+  for (size_t p = 0; p < rows.size(); ++p) rows[p] += int32_t(int64_t(p) / k * h);
+  return Tensor::from_vector(rows);
+}
+
+// Row token * h + head of every grouped row of the plan (segment = head).
+Tensor grouped_token_head_rows(const RoutePlan& plan) {
+  std::vector<int32_t> order = plan.order.to_vector<int32_t>(), head = plan.segment.to_vector<int32_t>();
+  std::vector<int32_t> rows(order.size());
+  for (size_t r = 0; r < rows.size(); ++r)
+    rows[r] = int32_t(order[r] / plan.k * plan.num_segments + head[r]);
+  return Tensor::from_vector(rows);
+}
+
+// Keys or values [B, h_kv, S, d_h] in a layout routed_attention takes (h_kv
+// = h or 1): other GQA groupings give each query head its KV head.
+Tensor kv_per_head(const Tensor& kv, int64_t heads) {
+  const int64_t kv_heads = kv.size(1);
+  if (kv_heads == heads || kv_heads == 1) return kv;
+  std::vector<int32_t> kv_head_of(heads);
+  for (int64_t j = 0; j < heads; ++j) kv_head_of[j] = int32_t(j / (heads / kv_heads));
+  return index_select(kv, 1, Tensor::from_vector(kv_head_of));
+}
+
+}  // namespace
+
+MoHAttention::MoHAttention(const MoHConfig& cfg, Generator& gen)
+    : MultiHeadAttention(cfg.mha, gen), moh_config(cfg) {
+  const int64_t h = config.heads, shared = cfg.shared_heads, k = cfg.routed_k;
+  HEADROOM_CHECK(shared >= 0 && k >= 0, "[MoHAttention] shared_heads (", shared, ") and routed_k (", k,
+                 ") must be >= 0");
+  HEADROOM_CHECK(shared + k <= h, "[MoHAttention] shared_heads + routed_k = ", shared, " + ", k,
+                 " exceeds heads = ", h);
+  HEADROOM_CHECK(k > 0 || shared == h, "[MoHAttention] routed_k = 0 needs every head shared (shared_heads = heads = ",
+                 h, "), got shared_heads = ", shared);
+  HEADROOM_CHECK(cfg.beta >= 0, "[MoHAttention] beta must be >= 0, got ", cfg.beta);
+  if (cfg.router == MoHConfig::Router::qnorm) return;
+  auto router = [&](const char* name, int64_t outputs) {
+    auto linear = register_module(name, std::make_shared<Linear>(config.dim, outputs, false, gen));
+    NoGradGuard no_grad;
+    linear->weight.copy_(Tensor::randn(linear->weight.shape(), gen) * 0.02);
+    return linear;
+  };
+  if (k > 0) router_routed = router("router_routed", h - shared);
+  if (shared > 1) router_shared = router("router_shared", shared);
+  if (shared > 0 && k > 0) router_mix = router("router_mix", 2);
+}
+
+// ---- routing -------------------------------------------------------------------
+
+Tensor MoHAttention::routed_scores(const Tensor& x, const Tensor& q) const {
+  if (moh_config.router == MoHConfig::Router::learned) return softmax(router_routed->forward(x), -1);
+  // qnorm: ‖q_i‖₂ of the routed heads, over their unbiased std, softmax.
+  const int64_t n = x.size(0), shared = moh_config.shared_heads;
+  Tensor routed_q = q.permute({0, 2, 1, 3}).reshape({n, config.heads, head_dim}).narrow(1, shared, routed_heads());
+  Tensor norms = sqrt(maximum(sum(routed_q * routed_q, {2}), kMinSquare));  // [N, E_r]
+  if (routed_heads() > 1) norms = norms / sqrt(maximum(var(norms, {1}, 1, true), kStdEps * kStdEps));
+  return softmax(norms, -1);
+}
+
+Tensor MoHAttention::routed_gates(const Tensor& r, const Tensor& mask) const {
+  const MoHConfig& c = moh_config;
+  if (c.router == MoHConfig::Router::qnorm) return mask + mask * (r - r.detach());  // exactly 0/1; STE backward
+  Tensor selected = r * mask;
+  if (c.scaling == MoHConfig::GateScaling::paper) return selected;
+  Tensor total = maximum(sum(selected, {1}, true), machine_epsilon(r.dtype()));
+  return selected / total * double(c.routed_k);
+}
+
+Tensor MoHAttention::shared_gates(const Tensor& x) const {
+  const int64_t n = x.size(0), shared = moh_config.shared_heads;
+  if (!router_shared) return Tensor::ones({n, shared}, x.dtype());  // qnorm, or the constant gate of h_s = 1
+  Tensor s = softmax(router_shared->forward(x), -1);
+  return moh_config.scaling == MoHConfig::GateScaling::code ? s * double(shared) : s;
+}
+
+MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& q) const {
+  const int64_t n = x.size(0), shared = moh_config.shared_heads, k = moh_config.routed_k;
+  Routing routing;
+  Tensor g_shared = shared > 0 ? shared_gates(x) : Tensor();
+  Tensor g_routed, chosen;
+  if (k > 0) {
+    routing.scores = routed_scores(x, q);
+    chosen = topk(routing.scores.detach(), k).indices;  // [N, K_r] in [0, E_r)
+    routing.mask = k_hot(chosen, routed_heads(), x.dtype());
+    g_routed = routed_gates(routing.scores, routing.mask);
+  }
+  if (router_mix) {  // two-stage routing: [α1, α2] balance the shared and the routed group
+    Tensor alpha = softmax(router_mix->forward(x), -1);
+    if (moh_config.scaling == MoHConfig::GateScaling::code) alpha = alpha * 2.0;
+    g_shared = g_shared * alpha.narrow(1, 0, 1);
+    g_routed = g_routed * alpha.narrow(1, 1, 1);
+  }
+  routing.gates = k == 0 ? g_shared : shared == 0 ? g_routed : cat({g_shared, g_routed}, 1);
+  routing.heads = active_head_list(n, shared, chosen);
+  return routing;
+}
+
+Tensor MoHAttention::load_balance(const Routing& routing) const {
+  Tensor balance = sum(mean(routing.scores, {0}) * mean(routing.mask, {0}));  // Σ_e P_e f_e
+  if (moh_config.load_balance == MoHConfig::LoadBalance::code) balance = balance * double(routed_heads());
+  return balance;
+}
+
+AttentionOutput MoHAttention::finish(const Routing& routing, const Tensor& out) const {
+  AttentionOutput result;
+  result.out = out;
+  const int64_t shared = moh_config.shared_heads, k = moh_config.routed_k;
+  if (k > 0 && is_training()) result.aux_loss = load_balance(routing);
+  if (k > 0) result.stats.indices = routing.heads.narrow(1, shared, k).contiguous();
+  result.stats.gates = routing.gates.detach().to(DType::f32);
+  std::vector<float> load(config.heads, 0.0f);
+  for (int32_t head : routing.heads.to_vector<int32_t>()) load[head] += 1;
+  result.stats.load = Tensor::from_vector(load);
+  return result;
+}
+
+// ---- the two forward paths -------------------------------------------------------
+
+Tensor MoHAttention::query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan) const {
+  if (q.defined())  // qnorm computed every head's query to route: pick the active rows
+    return index_select(q.permute({0, 2, 1, 3}).reshape({x.size(0) * config.heads, head_dim}), 0,
+                        grouped_token_head_rows(plan));
+  // Head j's query is x · W_q[j·d_h : (j+1)·d_h, :]ᵀ: W_q viewed as [h, d, d_h].
+  Tensor w_heads = q_proj->weight.reshape({config.heads, head_dim, config.dim}).permute({0, 2, 1});
+  Tensor rows = segment_matmul(gather_rows(x, plan), w_heads, plan);  // [N*k, d_h]
+  if (q_proj->bias.defined())
+    rows = rows + index_select(q_proj->bias.reshape({config.heads, head_dim}), 0, plan.segment);
+  return rows;
+}
+
+AttentionOutput MoHAttention::forward(const AttentionInput& in) {
+  const Tensor& x = in.x;
+  HEADROOM_CHECK(x.dim() == 3 && x.size(2) == config.dim, "[MoHAttention] expected x of shape [B, T, ",
+                 config.dim, "], got ", shape_str(x.shape()));
+  const int64_t batch = x.size(0), seq = x.size(1), n = batch * seq, h = config.heads;
+  Tensor tokens = x.reshape({n, config.dim});
+  Tensor q = moh_config.router == MoHConfig::Router::qnorm ? queries(x) : Tensor();
+  Routing routing = route_tokens(tokens, q);
+  RoutePlan plan = route(routing.heads, h);  // segment = head
+
+  KeysValues kv = keys_values(in);  // every head: all tokens need them
+  AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
+  Tensor heads = routed_attention(query_rows(tokens, q, plan), kv_per_head(kv.k, h), kv_per_head(kv.v, h), plan,
+                                  seq, opts);  // [N*k, d_h]
+  // Head j's share of the output is H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d].
+  Tensor projected = segment_matmul(heads, o_proj->weight.t().reshape({h, head_dim, config.dim}), plan);
+  Tensor gates = index_select(routing.gates.reshape({n * h}), 0, token_head_rows(routing.heads, h));
+  // The gates weight the rows as they are summed per token: after W_O, which
+  // is linear, so the same as gating H_j before it.
+  Tensor out = scatter_add_rows(projected, gates.reshape(routing.heads.shape()), plan);  // [N, d]
+  if (o_proj->bias.defined()) out = out + o_proj->bias;  // not gated
+  return finish(routing, out.reshape({batch, seq, config.dim}));
+}
+
+AttentionOutput MoHAttention::forward_dense_reference(const AttentionInput& in) {
+  const Tensor& x = in.x;
+  Tensor q = moh_config.router == MoHConfig::Router::qnorm ? queries(x) : Tensor();
+  Tensor heads = head_outputs(in);  // checks x; [B, h, T, d_h]
+  const int64_t batch = x.size(0), seq = x.size(1);
+  Routing routing = route_tokens(x.reshape({batch * seq, config.dim}), q);
+  return finish(routing, project_out(heads, routing.gates.reshape({batch, seq, config.heads})));
+}
+
+int64_t MoHAttention::macs(int64_t T, int64_t S, bool causal) const {
+  const int64_t d = config.dim, d_h = head_dim, active = active_heads();
+  const int64_t shared = moh_config.shared_heads, k = moh_config.routed_k;
+  const int64_t kv_macs = 2 * S * d * config.kv_heads * d_h;
+  const int64_t core = 2 * attended_pairs(T, S, causal) * d_h * active;
+  const int64_t out = T * active * d_h * d;
+  int64_t queries = T * d * active * d_h, router = 0;
+  if (moh_config.router == MoHConfig::Router::qnorm) {
+    queries = T * d * d;                          // every head's query is needed to route
+    router = k > 0 ? T * routed_heads() * d_h : 0;  // the squared norms
+  } else {
+    const int64_t router_rows = (k > 0 ? routed_heads() : 0) + (shared > 1 ? shared : 0) + (shared > 0 && k > 0 ? 2 : 0);
+    router = T * d * router_rows;
+  }
+  return kv_macs + queries + core + out + router;
+}
+
+std::shared_ptr<MoHAttention> moh_from_mha(const MultiHeadAttention& dense, int64_t shared_heads,
+                                           int64_t routed_k) {
+  MoHConfig cfg;
+  cfg.mha = dense.config;
+  cfg.shared_heads = shared_heads;
+  cfg.routed_k = routed_k;
+  cfg.router = MoHConfig::Router::qnorm;
+  Generator unused(0);  // qnorm has no router; the projections' draws are overwritten below
+  auto moh = std::make_shared<MoHAttention>(cfg, unused);
+  moh->to(dense.q_proj->weight.dtype());
+  moh->load_state_dict(dense.state_dict());
+  moh->train(dense.is_training());
+  return moh;
+}
+
+}  // namespace headroom

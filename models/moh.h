@@ -1,0 +1,103 @@
+#pragma once
+// MoH: multi-head attention as a mixture of heads (Jin et al. 2024,
+// methods.md §3).  The h heads and projections of MHA stay; a tiny router
+// gives each token a gate per head, and the output is Σ_i g_i H_i W_O^i:
+//
+//   heads 0 .. h_s-1           shared: always active
+//   heads h_s .. h-1           routed: each token activates its top-K_r
+//   out = Σ_{active i} g_i · H_i W_O^i + b_O     (the bias is not gated)
+//
+// Gates (learned router, weights W_r [h-h_s, d], W_s [h_s, d], W_h [2, d], no biases):
+//   r = softmax(x W_rᵀ), M = top-K_r mask of r
+//   code  (§3.3, default): g_routed = K_r · (r ⊙ M) / max(Σ r ⊙ M, ε);  g_shared = h_s · softmax(x W_sᵀ)
+//                          (the constant 1 when h_s = 1);  [a1, a2] = 2 · softmax(x W_hᵀ)
+//   paper (§3.2):          g_routed = r ⊙ M;  g_shared = softmax(x W_sᵀ);  [a1, a2] = softmax(x W_hᵀ)
+//   g_shared ← a1 · g_shared, g_routed ← a2 · g_routed  only when h_s > 0 and K_r > 0.
+//   K_r = 0 requires h_s = h (every head shared, soft re-weighting, no top-k).
+//
+// Parameter-free router (qnorm, §3.6, for conversions from a dense model):
+// the score of routed head i is ‖q_i‖₂ (the layer's own query, before any
+// positional rotation), divided by the unbiased std over the routed heads
+// (std ≥ 1e-6), r = softmax of that, top-K_r → gates exactly 0/1 (shared 1).
+// Backward uses a straight-through estimator on the selected heads:
+// g = M + M ⊙ (r − stopgrad(r)), so ∂L/∂r_i = M_i ∂L/∂g_i.  The literal
+// `M + r − stopgrad(r)` would also send ∂L/∂g_i of unselected heads, whose
+// H_i the routed path never computes; masking keeps both forward paths
+// identical in value and gradient.  GateScaling does not apply to qnorm.
+//
+// Load balance (training only, layers with K_r > 0), P_e = mean_t r_t[e],
+// f_e = mean_t M_t[e]:  paper L_b = Σ_e P_e f_e;  code L_b = E_r · Σ_e P_e f_e.
+// It is returned unweighted as the layer's aux_loss; the model adds
+// beta · (mean of aux_loss over its routed layers) to the task loss.  As in
+// MHA, query_padding is not used: padded tokens are routed and counted in L_b.
+//
+// Two forward paths with equal outputs and gradients:
+//   forward()                  computes only the (token, head) pairs that are
+//                              active: Q rows per head (grouped GEMM), routed
+//                              attention, O per head, weighted scatter-add.
+//                              K and V are computed for every head and token.
+//   forward_dense_reference()  every head, then gates before W_O (the
+//                              official code's computation).
+#include <memory>
+
+#include "headroom/models/mha.h"
+
+namespace headroom {
+
+struct MoHConfig {
+  enum class GateScaling { code, paper };
+  enum class Router { learned, qnorm };
+  enum class LoadBalance { code, paper };
+
+  MHAConfig mha;                // d, h, h_kv, bias, attention dropout
+  int64_t shared_heads = 0;     // h_s: heads 0 .. h_s-1 are always active
+  int64_t routed_k = 0;         // K_r: routed heads per token (0: every head shared, h_s = h)
+  GateScaling scaling = GateScaling::code;
+  Router router = Router::learned;
+  LoadBalance load_balance = LoadBalance::code;
+  // Weight of the load-balance loss, applied by the model (not the layer) as
+  // beta · mean of the layers' aux_loss over routed layers.
+  double beta = 0.01;
+};
+
+class MoHAttention : public MultiHeadAttention {
+ public:
+  // Router weights (learned) are drawn N(0, 0.02²): the official ViT code's
+  // trunc_normal_(std=0.02) truncates at ±2, i.e. at 100 std, so the draws
+  // have the same distribution.
+  explicit MoHAttention(const MoHConfig& config, Generator& gen = default_generator());
+
+  AttentionOutput forward(const AttentionInput& in) override;  // the routed path
+  AttentionOutput forward_dense_reference(const AttentionInput& in);
+  std::string kind() const override { return "moh"; }
+  // K and V for all S keys; Q, the attention core and O for the h_s + K_r
+  // active heads only; the router (qnorm: all of Q, plus the norms).
+  int64_t macs(int64_t T, int64_t S, bool causal) const override;
+
+  int64_t active_heads() const { return moh_config.shared_heads + moh_config.routed_k; }
+  int64_t routed_heads() const { return config.heads - moh_config.shared_heads; }  // E_r
+
+  MoHConfig moh_config;  // `config` (inherited) is the resolved MHAConfig
+  // Learned router only; each undefined where §3.3 has none.
+  std::shared_ptr<Linear> router_routed;  // W_r [h - h_s, d]: when K_r > 0
+  std::shared_ptr<Linear> router_shared;  // W_s [h_s, d]: when h_s > 1
+  std::shared_ptr<Linear> router_mix;     // W_h [2, d]: when h_s > 0 and K_r > 0
+
+ private:
+  struct Routing;
+  // x: [N, d]; q: [B, h, T, d_h] for qnorm, else undefined.
+  Routing route_tokens(const Tensor& x, const Tensor& q) const;
+  Tensor routed_scores(const Tensor& x, const Tensor& q) const;  // r [N, E_r]
+  Tensor routed_gates(const Tensor& r, const Tensor& mask) const;
+  Tensor shared_gates(const Tensor& x) const;
+  Tensor query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan) const;
+  Tensor load_balance(const Routing& routing) const;
+  AttentionOutput finish(const Routing& routing, const Tensor& out) const;
+};
+
+// A MoH layer with the dense layer's weights (copied), the first h_s heads
+// shared and the qnorm router choosing K_r of the others per token.
+std::shared_ptr<MoHAttention> moh_from_mha(const MultiHeadAttention& dense, int64_t shared_heads,
+                                           int64_t routed_k);
+
+}  // namespace headroom
