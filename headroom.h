@@ -27,3 +27,4 @@
 #include "headroom/models/moa.h"
 #include "headroom/models/mae.h"
 #include "headroom/models/bcd.h"
+#include "headroom/models/moh.h"
