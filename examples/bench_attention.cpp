@@ -95,6 +95,21 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
                     NoGradGuard g;
                     return max_difference(moa->forward(in).out, moa->forward_dense_reference(in).out);
                   }});
+  // MoH at ρ = (h_s + K_r) / h = 0.5 and 0.75, learned router with random
+  // weights (a zero router would be a tie).
+  for (int64_t routed_k : {2, 4}) {
+    MoHConfig config;
+    config.mha = {d, h};
+    config.shared_heads = 2;
+    config.routed_k = routed_k;
+    auto moh = std::make_shared<MoHAttention>(config, gen);
+    char name[64];
+    std::snprintf(name, sizeof name, "MoH h_s=2 K_r=%lld (ρ=%.2f)", (long long)routed_k, double(2 + routed_k) / double(h));
+    list.push_back({name, moh, [moh](const AttentionInput& in) {
+                      NoGradGuard g;
+                      return max_difference(moh->forward(in).out, moh->forward_dense_reference(in).out);
+                    }});
+  }
   // MAE: the mixture is MHA with per-head weights plus a small gate MLP (no
   // routed path to check; its cost should sit just above MHA's).
   MAEConfig mae_config;
