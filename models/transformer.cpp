@@ -214,7 +214,7 @@ ModelOutput run_decoder(const TokenEmbedding& embed, TransformerStack& decoder, 
                         const Tensor& memory_padding, DecoderCache* cache) {
   HEADROOM_CHECK(!(cache && padding.defined()), "[decoder] incremental decoding takes no target padding");
   const int64_t start = cache ? cache->position : 0;
-  BlockInput in{embed.forward(tokens, start), padding, memory, memory_padding};
+  BlockInput in(embed.forward(tokens, start), padding, memory, memory_padding);
   ModelOutput result = decoder.forward(in, cache);
   if (cache) cache->position += tokens.size(1);
   result.out = lm_head ? lm_head->forward(result.out) : linear(result.out, embed.tokens->weight);
@@ -271,7 +271,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& cfg, Generator& gen, const Att
 }
 
 ModelOutput EncoderDecoder::encode(const Tensor& src, const Tensor& src_padding) {
-  return encoder->forward({src_embed->forward(src), src_padding});
+  return encoder->forward(BlockInput(src_embed->forward(src), src_padding));
 }
 
 ModelOutput EncoderDecoder::decode(const Tensor& tgt, const Tensor& memory, const Tensor& src_padding,
@@ -327,7 +327,7 @@ ModelOutput ViT::forward(const Tensor& images) {
   Tensor patches = images.reshape({B, C, g, p, g, p}).permute({0, 2, 4, 1, 3, 5}).reshape({B, g * g, C * p * p});
   Tensor x = patch_embed->forward(patches);  // [B, N, d]
   if (cls_token.defined()) x = cat({cls_token.expand({B, 1, config.dim}), x}, 1);
-  ModelOutput result = encoder->forward({drop->forward(x + pos_embed)});
+  ModelOutput result = encoder->forward(BlockInput(drop->forward(x + pos_embed)));
   Tensor pooled = cls_token.defined() ? result.out.select(1, 0) : mean(result.out, {1});  // [B, d]
   result.out = head->forward(pooled);
   return result;

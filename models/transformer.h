@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "headroom/models/config.h"
@@ -56,6 +57,9 @@ struct DecoderCache {
 // ---- the block ----------------------------------------------------------------
 
 struct BlockInput {
+  explicit BlockInput(Tensor x_, Tensor padding_ = Tensor(), Tensor memory_ = Tensor(), Tensor memory_padding_ = Tensor())
+      : x(std::move(x_)), padding(std::move(padding_)), memory(std::move(memory_)),
+        memory_padding(std::move(memory_padding_)) {}
   Tensor x;               // [B, T, d]
   Tensor padding;         // b8 [B, T], 1 = padded token (query padding and self-attention key padding)
   Tensor memory;          // [B, S, d] encoder output, for blocks with cross-attention

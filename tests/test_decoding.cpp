@@ -8,25 +8,19 @@
 
 #include "headroom/models/decoding.h"
 #include "helpers.h"
+#include "transformer_helpers.h"
 
 using namespace headroom;
 
 namespace {
 
 ModelConfig small_config(int64_t vocab) {
-  ModelConfig c;
-  c.vocab = vocab;
-  c.dim = 8;
-  c.heads = 2;
-  c.encoder_layers = 2;
-  c.decoder_layers = 2;
-  c.ffn_hidden = 16;
-  c.activation = Activation::gelu;
+  ModelConfig c = testing::tiny_model_config(vocab);
   c.attention.options["kv_heads"] = "1";  // MQA: the cache holds one K/V head
   return c;
 }
 
-Tensor ids(const std::vector<int32_t>& v, int64_t B) { return Tensor::from_vector(v, {B, int64_t(v.size()) / B}); }
+Tensor ids(const std::vector<int32_t>& v, int64_t B) { return testing::token_rows(v, B); }
 
 // logits [1, t, V] of a whole target sequence, without a cache
 using FullForward = std::function<Tensor(const Tensor& tokens)>;
@@ -111,11 +105,11 @@ TEST_CASE("greedy: cached equals uncached, for both models; eos ends a row") {
   GenerateOptions cached{8, -1, true}, uncached{8, -1, false};
   Generated a = greedy(f.lm, prompt, cached), b = greedy(f.lm, prompt, uncached);
   CHECK(a.tokens == b.tokens);
-  CHECK_CLOSE(a.scores, b.scores, 1e-5);
+  CHECK_CLOSE(a.scores, b.scores, 1e-5, 0);
   CHECK(a.tokens[0].size() == 8);
   Generated c = greedy(f.seq2seq, f.src, prefix, cached), d = greedy(f.seq2seq, f.src, prefix, uncached);
   CHECK(c.tokens == d.tokens);
-  CHECK_CLOSE(c.scores, d.scores, 1e-5);
+  CHECK_CLOSE(c.scores, d.scores, 1e-5, 0);
   // With the first row's third token as eos, each row stops at its first eos.
   const int32_t eos = a.tokens[0][2];
   Generated e = greedy(f.lm, prompt, {8, eos, true});
@@ -136,20 +130,20 @@ TEST_CASE("beam search: width 1 is greedy; the cache (reordered per step) change
   GenerateOptions opts{6, 5, true};
   Generated g = greedy(f.lm, prompt, opts), b1 = beam_search(f.lm, prompt, 1, 0.0, opts);
   CHECK(g.tokens == b1.tokens);
-  CHECK_CLOSE(g.scores, b1.scores, 1e-9);
+  CHECK_CLOSE(g.scores, b1.scores, 1e-9, 0);
   Generated g2 = greedy(f.seq2seq, f.src, prefix, opts), b2 = beam_search(f.seq2seq, f.src, prefix, 1, 0.0, opts);
   CHECK(g2.tokens == b2.tokens);
-  CHECK_CLOSE(g2.scores, b2.scores, 1e-9);
+  CHECK_CLOSE(g2.scores, b2.scores, 1e-9, 0);
   GenerateOptions uncached = opts;
   uncached.use_cache = false;
   for (double alpha : {0.0, 1.0}) {
     Generated x = beam_search(f.lm, prompt, 3, alpha, opts), y = beam_search(f.lm, prompt, 3, alpha, uncached);
     CHECK(x.tokens == y.tokens);
-    CHECK_CLOSE(x.scores, y.scores, 1e-5);
+    CHECK_CLOSE(x.scores, y.scores, 1e-5, 0);
     Generated u = beam_search(f.seq2seq, f.src, prefix, 3, alpha, opts);
     Generated v = beam_search(f.seq2seq, f.src, prefix, 3, alpha, uncached);
     CHECK(u.tokens == v.tokens);
-    CHECK_CLOSE(u.scores, v.scores, 1e-5);
+    CHECK_CLOSE(u.scores, v.scores, 1e-5, 0);
   }
   CHECK_THROWS_HEADROOM(beam_search(f.lm, prompt, 0), "beam must be >= 1");
 }

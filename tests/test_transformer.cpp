@@ -9,27 +9,19 @@
 #include "fixture_reader.h"
 #include "headroom/models/transformer.h"
 #include "helpers.h"
+#include "transformer_helpers.h"
 
 using namespace headroom;
 
 namespace {
 
 ModelConfig tiny_config(NormPlacement norm = NormPlacement::pre) {
-  ModelConfig c;
-  c.vocab = 7;
-  c.dim = 8;
-  c.heads = 2;
-  c.encoder_layers = 2;
-  c.decoder_layers = 2;
-  c.ffn_hidden = 16;
-  c.activation = Activation::gelu;
+  ModelConfig c = testing::tiny_model_config(7);
   c.norm = norm;
   return c;
 }
 
-Tensor tokens_of(const std::vector<int32_t>& ids, int64_t B) {
-  return Tensor::from_vector(ids, {B, int64_t(ids.size()) / B});
-}
+Tensor tokens_of(const std::vector<int32_t>& ids, int64_t B) { return testing::token_rows(ids, B); }
 
 // An attention that wraps MHA and reports aux = 10·layer + role, so tests can
 // see which layers a model collected, and in which order.
@@ -91,7 +83,7 @@ TEST_CASE("TransformerBlock: pre-LN and post-LN equal the composition of their p
       h = ln(block.cross_attn_norm, h + attend_cross(h));
       expected = ln(block.mlp_norm, h + ffn(h));
     }
-    ModelOutput out = block.forward({x, pad, memory, mem_pad});
+    ModelOutput out = block.forward(BlockInput(x, pad, memory, mem_pad));
     CHECK_CLOSE(out.out, expected, 1e-5, 1e-5);
     CHECK(out.aux_losses.empty());  // MHA has none
     CHECK(out.stats.size() == 2);   // one entry per attention layer
@@ -116,6 +108,14 @@ TEST_CASE("DecoderLM: shapes, tied and untied heads, and causality") {
       Tensor changed = lm.forward(tokens_of(ids, 2)).out;
       if (t > 0) CHECK_CLOSE(changed.narrow(1, 0, t), logits.narrow(1, 0, t), 1e-6);
       CHECK(testing::compare(changed.narrow(1, t, 1), logits.narrow(1, t, 1), 1e-4) != "");
+    }
+    if (tied) {  // dropout acts in training only
+      ModelConfig noisy = c;
+      noisy.dropout = noisy.attn_dropout = 0.3;
+      DecoderLM dropped(noisy, gen);
+      CHECK(testing::compare(dropped.forward(a).out, dropped.forward(a).out, 1e-4) != "");
+      dropped.eval();
+      CHECK_CLOSE(dropped.forward(a).out, dropped.forward(a).out, 0.0);
     }
     if (!tied) CHECK_THROWS_HEADROOM(lm.forward(tokens_of({1, 2, 3, 4, 5, 6, 0, 1, 2}, 1)), "exceed max_len 8");
   }
@@ -142,7 +142,7 @@ TEST_CASE("ViT: patches by loops, cls and mean pooling, shapes") {
     CHECK(vit.pos_embed.shape() == Shape{pooling == Pooling::cls ? 5 : 4, 8});
     Tensor x = vit.patch_embed->forward(patches);
     if (pooling == Pooling::cls) x = cat({vit.cls_token.expand({2, 1, 8}), x}, 1);
-    Tensor encoded = vit.encoder->forward({x + vit.pos_embed}).out;
+    Tensor encoded = vit.encoder->forward(BlockInput(x + vit.pos_embed)).out;
     Tensor pooled = pooling == Pooling::cls ? encoded.select(1, 0) : mean(encoded, {1});
     Tensor logits = vit.forward(images).out;
     CHECK(logits.shape() == Shape{2, 5});
