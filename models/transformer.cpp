@@ -111,7 +111,8 @@ ModelOutput TransformerBlock::forward(const BlockInput& in) {
 }
 
 int64_t TransformerBlock::macs(int64_t T, int64_t S) const {
-  int64_t total = self_attn->macs(T, T, causal) + 2 * T * mlp->fc1->weight.size(1) * mlp->fc1->weight.size(0);
+  // fc1 and fc2 each multiply T rows by a d × hidden matrix: fc1.weight is [hidden, d].
+  int64_t total = self_attn->macs(T, T, causal) + 2 * T * mlp->fc1->weight.numel();
   if (cross_attn) total += cross_attn->macs(T, S, false);
   return total;
 }
