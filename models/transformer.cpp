@@ -1,0 +1,350 @@
+#include "headroom/models/transformer.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "headroom/autograd/grad_mode.h"
+#include "headroom/ops/elementwise.h"
+#include "headroom/ops/matmul.h"
+#include "headroom/ops/reduce.h"
+#include "headroom/ops/routing.h"
+#include "headroom/ops/shape.h"
+
+namespace headroom {
+
+// ---- outputs and aux losses ----------------------------------------------------
+
+void ModelOutput::add(const AttentionOutput& attn) {
+  if (attn.aux_loss.defined()) aux_losses.push_back(attn.aux_loss);
+  stats.push_back(attn.stats);
+}
+
+void ModelOutput::append(const ModelOutput& other) {
+  aux_losses.insert(aux_losses.end(), other.aux_losses.begin(), other.aux_losses.end());
+  stats.insert(stats.end(), other.stats.begin(), other.stats.end());
+}
+
+namespace {
+// The sum of the defined losses and how many there were.
+std::pair<Tensor, int64_t> total_aux(const std::vector<Tensor>& aux_losses) {
+  Tensor total;
+  int64_t count = 0;
+  for (const Tensor& loss : aux_losses) {
+    if (!loss.defined()) continue;
+    total = total.defined() ? total + loss : loss;
+    ++count;
+  }
+  return {total.defined() ? total : Tensor::scalar(0), count};
+}
+}  // namespace
+
+Tensor sum_aux(const std::vector<Tensor>& aux_losses) { return total_aux(aux_losses).first; }
+
+Tensor mean_aux(const std::vector<Tensor>& aux_losses) {
+  auto [total, count] = total_aux(aux_losses);
+  return count > 1 ? total / double(count) : total;
+}
+
+Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dtype) {
+  HEADROOM_CHECK(dim > 0 && dim % 2 == 0 && start >= 0 && length >= 0, "[sinusoidal_positions] expected an even dim > 0 "
+                 "and start, length >= 0, got dim ", dim, ", start ", start, ", length ", length);
+  std::vector<double> table(length * dim);
+  for (int64_t p = 0; p < length; ++p)
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      const double angle = double(start + p) / std::pow(10000.0, 2.0 * i / dim);
+      table[p * dim + 2 * i] = std::sin(angle);
+      table[p * dim + 2 * i + 1] = std::cos(angle);
+    }
+  return Tensor::from_vector(table, {length, dim}).to(dtype);
+}
+
+void DecoderCache::reorder(const Tensor& rows) {
+  auto select = [&](Tensor& t) {
+    if (t.defined()) t = index_select(t, 0, rows);
+  };
+  for (auto* caches : {&self, &cross})
+    for (AttentionCache& c : *caches) select(c.k), select(c.v), select(c.extra);
+}
+
+// ---- the block -------------------------------------------------------------------
+
+TransformerBlock::TransformerBlock(const ModelConfig& config, std::shared_ptr<Attention> self_attention, bool causal_,
+                                   std::shared_ptr<Attention> cross_attention, Generator& gen)
+    : norm(config.norm), causal(causal_) {
+  HEADROOM_CHECK(self_attention != nullptr, "[TransformerBlock] the self-attention layer is null");
+  self_attn_norm = register_module("self_attn_norm", std::make_shared<LayerNorm>(config.dim, config.norm_eps));
+  self_attn = register_module("self_attn", std::move(self_attention));
+  if (cross_attention) {
+    cross_attn_norm = register_module("cross_attn_norm", std::make_shared<LayerNorm>(config.dim, config.norm_eps));
+    cross_attn = register_module("cross_attn", std::move(cross_attention));
+  }
+  mlp_norm = register_module("mlp_norm", std::make_shared<LayerNorm>(config.dim, config.norm_eps));
+  mlp = register_module("mlp", std::make_shared<MLP>(config.dim, config.ffn_hidden, config.activation,
+                                                     config.dropout, gen));
+  drop = register_module("drop", std::make_shared<Dropout>(config.dropout, gen));
+}
+
+template <typename F>
+Tensor TransformerBlock::residual(const Tensor& x, const LayerNorm& layer_norm, F&& f) const {
+  if (norm == NormPlacement::pre) return x + drop->forward(f(layer_norm.forward(x)));
+  return layer_norm.forward(x + drop->forward(f(x)));
+}
+
+ModelOutput TransformerBlock::forward(const BlockInput& in) {
+  ModelOutput result;
+  auto attend = [&](Attention& attention, const AttentionInput& input) {
+    AttentionOutput o = attention.forward(input);
+    result.add(o);
+    return o.out;
+  };
+  Tensor x = residual(in.x, *self_attn_norm, [&](const Tensor& h) {
+    return attend(*self_attn, {h, Tensor(), causal, in.padding, in.padding, in.self_cache});
+  });
+  if (cross_attn) {
+    HEADROOM_CHECK(in.memory.defined(), "[TransformerBlock] a block with cross-attention needs the memory");
+    x = residual(x, *cross_attn_norm, [&](const Tensor& h) {
+      return attend(*cross_attn, {h, in.memory, false, in.padding, in.memory_padding, in.cross_cache});
+    });
+  }
+  result.out = residual(x, *mlp_norm, [&](const Tensor& h) { return mlp->forward(h); });
+  return result;
+}
+
+int64_t TransformerBlock::macs(int64_t T, int64_t S) const {
+  // fc1 and fc2 each multiply T rows by a d × hidden matrix: fc1.weight is [hidden, d].
+  int64_t total = self_attn->macs(T, T, causal) + 2 * T * mlp->fc1->weight.numel();
+  if (cross_attn) total += cross_attn->macs(T, S, false);
+  return total;
+}
+
+// ---- shared pieces ------------------------------------------------------------------
+
+namespace {
+// Overwrites a freshly registered parameter with N(0, stddev²) draws.
+void init_normal(const Tensor& param, double stddev, Generator& gen) {
+  NoGradGuard no_grad;
+  param.detach().copy_(Tensor::randn(param.shape(), gen, param.dtype(), 0, stddev));
+}
+
+void check_config(bool ok, const char* model, const char* what) {
+  HEADROOM_CHECK(ok, "[", model, "] config: ", what);
+}
+}  // namespace
+
+TokenEmbedding::TokenEmbedding(const ModelConfig& cfg, int64_t vocab, Generator& gen) : config(cfg) {
+  check_config(vocab > 0 && cfg.dim > 0, "TokenEmbedding", "vocab and dim must be positive");
+  tokens = register_module("tokens", std::make_shared<Embedding>(vocab, cfg.dim, gen));
+  init_normal(tokens->weight, 1 / std::sqrt(double(cfg.dim)), gen);  // fairseq's N(0, 1/d)
+  if (cfg.positions == PositionKind::learned) {
+    check_config(cfg.max_len > 0, "TokenEmbedding", "learned positions need max_len > 0");
+    positions = register_module("positions", std::make_shared<Embedding>(cfg.max_len, cfg.dim, gen));
+    init_normal(positions->weight, 1 / std::sqrt(double(cfg.dim)), gen);
+  }
+  drop = register_module("drop", std::make_shared<Dropout>(cfg.dropout, gen));
+}
+
+Tensor TokenEmbedding::forward(const Tensor& ids, int64_t start) const {
+  HEADROOM_CHECK(ids.dim() == 2, "[TokenEmbedding] expected tokens [B, T], got ", shape_str(ids.shape()));
+  const int64_t T = ids.size(1);
+  Tensor x = tokens->forward(ids);  // [B, T, d]
+  if (config.scale_embeddings) x = x * std::sqrt(double(config.dim));
+  Tensor pos;  // [T, d]
+  if (positions) {
+    HEADROOM_CHECK(start + T <= config.max_len, "[TokenEmbedding] positions ", start, "..", start + T - 1,
+                   " exceed max_len ", config.max_len);
+    pos = positions->forward(Tensor::arange(double(start), double(start + T), 1, DType::i32));
+  } else {
+    pos = sinusoidal_positions(start, T, config.dim, x.dtype());
+  }
+  return drop->forward(x + pos);
+}
+
+TransformerStack::TransformerStack(const ModelConfig& config, int64_t layers, AttentionRole role, bool with_cross,
+                                   const AttentionFactory& factory, Generator& gen) {
+  check_config(layers > 0 && config.ffn_hidden > 0, "TransformerStack", "layers and ffn_hidden must be positive");
+  blocks = register_module("blocks", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < layers; ++i) {
+    auto cross = with_cross ? factory(i, AttentionRole::cross) : nullptr;
+    blocks->push_back(std::make_shared<TransformerBlock>(config, factory(i, role), role == AttentionRole::decoder_self,
+                                                         cross, gen));
+  }
+  if (config.norm == NormPlacement::pre)
+    norm = register_module("norm", std::make_shared<LayerNorm>(config.dim, config.norm_eps));
+}
+
+ModelOutput TransformerStack::forward(BlockInput in, DecoderCache* cache) {
+  if (cache) {
+    cache->self.resize(size());
+    cache->cross.resize(block(0)->cross_attn ? size() : 0);
+  }
+  ModelOutput result;
+  for (size_t i = 0; i < size(); ++i) {
+    if (cache) {
+      in.self_cache = &cache->self[i];
+      in.cross_cache = cache->cross.empty() ? nullptr : &cache->cross[i];
+    }
+    ModelOutput layer = block(i)->forward(in);
+    result.append(layer);
+    in.x = layer.out;
+  }
+  result.out = norm ? norm->forward(in.x) : in.x;
+  return result;
+}
+
+int64_t TransformerStack::macs(int64_t T, int64_t S) const {
+  int64_t total = 0;
+  for (size_t i = 0; i < size(); ++i) total += block(i)->macs(T, S);
+  return total;
+}
+
+namespace {
+
+AttentionFactory factory_or_default(const AttentionFactory& factory, const ModelConfig& config, Generator& gen) {
+  return factory ? factory : default_attention_factory(config, gen);
+}
+
+std::shared_ptr<Linear> make_lm_head(Module& model, const ModelConfig& config, Generator& gen) {
+  if (config.tie_embeddings) return nullptr;
+  return model.register_module("lm_head", std::make_shared<Linear>(config.dim, config.vocab, false, gen));
+}
+
+// Embeds the target tokens after the cache's position, runs the decoder
+// stack and projects to the vocabulary (tied or untied head).
+ModelOutput run_decoder(const TokenEmbedding& embed, TransformerStack& decoder, const Linear* lm_head,
+                        const Tensor& tokens, const Tensor& padding, const Tensor& memory,
+                        const Tensor& memory_padding, DecoderCache* cache) {
+  HEADROOM_CHECK(!(cache && padding.defined()), "[decoder] incremental decoding takes no target padding");
+  const int64_t start = cache ? cache->position : 0;
+  BlockInput in(embed.forward(tokens, start), padding, memory, memory_padding);
+  ModelOutput result = decoder.forward(in, cache);
+  if (cache) cache->position += tokens.size(1);
+  result.out = lm_head ? lm_head->forward(result.out) : linear(result.out, embed.tokens->weight);
+  return result;
+}
+
+std::string describe_model(const std::string& name, const ModelConfig& c, const std::string& shape,
+                           int64_t parameters, int64_t macs, const std::string& macs_at) {
+  std::ostringstream os;
+  os << name << ": " << shape << ", d " << c.dim << ", " << c.heads << " heads, ffn " << c.ffn_hidden << ", "
+     << (c.norm == NormPlacement::pre ? "pre-LN" : "post-LN") << ", attention " << c.attention.type;
+  for (const auto& [key, value] : c.attention.options) os << " " << key << "=" << value;
+  if (!c.attention.layer_options.empty()) os << " (+" << c.attention.layer_options.size() << " layer overrides)";
+  os << "; " << parameters << " parameters; " << macs << " forward MACs " << macs_at;
+  return os.str();
+}
+
+}  // namespace
+
+// ---- DecoderLM ------------------------------------------------------------------------
+
+DecoderLM::DecoderLM(const ModelConfig& cfg, Generator& gen, const AttentionFactory& factory) : config(cfg) {
+  embed = register_module("embed", std::make_shared<TokenEmbedding>(config, config.vocab, gen));
+  decoder = register_module("decoder", std::make_shared<TransformerStack>(
+                                           config, config.decoder_layers, AttentionRole::decoder_self, false,
+                                           factory_or_default(factory, config, gen), gen));
+  lm_head = make_lm_head(*this, config, gen);
+}
+
+ModelOutput DecoderLM::forward(const Tensor& tokens, const Tensor& padding, DecoderCache* cache) {
+  return run_decoder(*embed, *decoder, lm_head.get(), tokens, padding, Tensor(), Tensor(), cache);
+}
+
+int64_t DecoderLM::forward_macs(int64_t T) const { return decoder->macs(T, T) + T * config.dim * config.vocab; }
+
+std::string DecoderLM::describe(int64_t T) const {
+  return describe_model("DecoderLM", config,
+                        "vocab " + std::to_string(config.vocab) + ", " + std::to_string(config.decoder_layers) + " layers",
+                        num_parameters(), forward_macs(T), "at T = " + std::to_string(T));
+}
+
+// ---- EncoderDecoder ----------------------------------------------------------------------
+
+EncoderDecoder::EncoderDecoder(const ModelConfig& cfg, Generator& gen, const AttentionFactory& factory)
+    : config(cfg) {
+  AttentionFactory make = factory_or_default(factory, config, gen);
+  src_embed = register_module("src_embed", std::make_shared<TokenEmbedding>(config, config.source_vocab(), gen));
+  tgt_embed = register_module("tgt_embed", std::make_shared<TokenEmbedding>(config, config.vocab, gen));
+  encoder = register_module("encoder", std::make_shared<TransformerStack>(config, config.encoder_layers,
+                                                                         AttentionRole::encoder_self, false, make, gen));
+  decoder = register_module("decoder", std::make_shared<TransformerStack>(config, config.decoder_layers,
+                                                                         AttentionRole::decoder_self, true, make, gen));
+  lm_head = make_lm_head(*this, config, gen);
+}
+
+ModelOutput EncoderDecoder::encode(const Tensor& src, const Tensor& src_padding) {
+  return encoder->forward(BlockInput(src_embed->forward(src), src_padding));
+}
+
+ModelOutput EncoderDecoder::decode(const Tensor& tgt, const Tensor& memory, const Tensor& src_padding,
+                                   const Tensor& tgt_padding, DecoderCache* cache) {
+  return run_decoder(*tgt_embed, *decoder, lm_head.get(), tgt, tgt_padding, memory, src_padding, cache);
+}
+
+int64_t EncoderDecoder::forward_macs(int64_t S, int64_t T) const {
+  return encoder->macs(S, S) + decoder->macs(T, S) + T * config.dim * config.vocab;
+}
+
+std::string EncoderDecoder::describe(int64_t S, int64_t T) const {
+  return describe_model("EncoderDecoder", config,
+                        "vocab " + std::to_string(config.source_vocab()) + " -> " + std::to_string(config.vocab) + ", " +
+                            std::to_string(config.encoder_layers) + "+" + std::to_string(config.decoder_layers) +
+                            " layers",
+                        num_parameters(), forward_macs(S, T), "at S = " + std::to_string(S) + ", T = " + std::to_string(T));
+}
+
+// ---- ViT -------------------------------------------------------------------------------------
+
+ViT::ViT(const ModelConfig& cfg, Generator& gen, const AttentionFactory& factory) : config(cfg) {
+  check_config(config.patch_size > 0 && config.image_size % config.patch_size == 0 && config.image_size > 0,
+               "ViT", "image_size must be a positive multiple of patch_size");
+  check_config(config.channels > 0 && config.classes > 0, "ViT", "channels and classes must be positive");
+  const int64_t patch_width = config.channels * config.patch_size * config.patch_size;
+  patch_embed = register_module("patch_embed", std::make_shared<Linear>(patch_width, config.dim, true, gen));
+  const bool with_cls = config.pooling == Pooling::cls;
+  if (with_cls) {
+    cls_token = register_parameter("cls_token", Tensor::zeros({1, 1, config.dim}));
+    init_normal(cls_token, 0.02, gen);
+  }
+  pos_embed = register_parameter("pos_embed", Tensor::zeros({num_patches() + with_cls, config.dim}));
+  init_normal(pos_embed, 0.02, gen);
+  drop = register_module("drop", std::make_shared<Dropout>(config.dropout, gen));
+  encoder = register_module("encoder", std::make_shared<TransformerStack>(config, config.encoder_layers,
+                                                                         AttentionRole::encoder_self, false,
+                                                                         factory_or_default(factory, config, gen), gen));
+  head = register_module("head", std::make_shared<Linear>(config.dim, config.classes, true, gen));
+}
+
+int64_t ViT::num_patches() const {
+  const int64_t side = config.image_size / config.patch_size;
+  return side * side;
+}
+
+ModelOutput ViT::forward(const Tensor& images) {
+  const int64_t C = config.channels, S = config.image_size, p = config.patch_size, g = S / p;
+  HEADROOM_CHECK(images.dim() == 4 && images.size(1) == C && images.size(2) == S && images.size(3) == S,
+                 "[ViT] expected images [B, ", C, ", ", S, ", ", S, "], got ", shape_str(images.shape()));
+  const int64_t B = images.size(0);
+  // [B, C, g, p, g, p] -> [B, g, g, C, p, p] -> [B, N, C·p·p]
+  Tensor patches = images.reshape({B, C, g, p, g, p}).permute({0, 2, 4, 1, 3, 5}).reshape({B, g * g, C * p * p});
+  Tensor x = patch_embed->forward(patches);  // [B, N, d]
+  if (cls_token.defined()) x = cat({cls_token.expand({B, 1, config.dim}), x}, 1);
+  ModelOutput result = encoder->forward(BlockInput(drop->forward(x + pos_embed)));
+  Tensor pooled = cls_token.defined() ? result.out.select(1, 0) : mean(result.out, {1});  // [B, d]
+  result.out = head->forward(pooled);
+  return result;
+}
+
+int64_t ViT::forward_macs() const {
+  const int64_t N = num_patches(), tokens = pos_embed.size(0);
+  return N * patch_embed->weight.numel() + encoder->macs(tokens, tokens) + config.dim * config.classes;
+}
+
+std::string ViT::describe() const {
+  return describe_model("ViT", config,
+                        std::to_string(config.image_size) + "px / " + std::to_string(config.patch_size) + "px patches, " +
+                            std::to_string(config.encoder_layers) + " layers, " + std::to_string(config.classes) +
+                            " classes",
+                        num_parameters(), forward_macs(), "per image");
+}
+
+}  // namespace headroom
