@@ -28,3 +28,6 @@
 #include "headroom/models/mae.h"
 #include "headroom/models/bcd.h"
 #include "headroom/models/moh.h"
+#include "headroom/models/config.h"
+#include "headroom/models/transformer.h"
+#include "headroom/models/decoding.h"
