@@ -4,7 +4,11 @@
 #include <utility>
 #include <vector>
 
+#include "headroom/models/mae.h"
 #include "headroom/models/mha.h"
+#include "headroom/models/moa.h"
+#include "headroom/models/moh.h"
+#include "headroom/models/transformer.h"
 
 namespace headroom {
 
@@ -221,6 +225,19 @@ const char* role_name(AttentionRole role) {
   HEADROOM_FAIL("[role_name] unknown attention role");
 }
 
+namespace {
+// The position of options[key] in `names` (the first name is the default);
+// throws listing the allowed values otherwise.
+size_t choose(OptionReader& options, const std::string& key, const std::vector<std::string>& names) {
+  const std::string value = options.get_string(key, names.front());
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == value) return i;
+  std::string allowed;
+  for (const std::string& n : names) allowed += (allowed.empty() ? "" : ", ") + n;
+  HEADROOM_FAIL("[make_attention] option ", key, "='", value, "' is not one of: ", allowed);
+}
+}  // namespace
+
 std::shared_ptr<Attention> make_attention(const ModelConfig& config, int64_t layer, AttentionRole role,
                                           Generator& gen) {
   const std::string& type = config.attention.type;
@@ -228,12 +245,52 @@ std::shared_ptr<Attention> make_attention(const ModelConfig& config, int64_t lay
                        config.attention.options_for(layer));
   std::shared_ptr<Attention> made;
   // One branch per method; each reads its options from `options`.
+  MHAConfig mha{config.dim, config.heads, 0, true, config.attn_dropout};
+  if (type != "moa") {
+    mha.kv_heads = options.get_int("kv_heads", 0);
+    mha.bias = options.get_bool("bias", true);
+  }
   if (type == "mha") {
-    MHAConfig mha{config.dim, config.heads, options.get_int("kv_heads", 0), options.get_bool("bias", true),
-                  config.attn_dropout};
     made = std::make_shared<MultiHeadAttention>(mha, gen);
+  } else if (type == "moa") {
+    MoAConfig moa;
+    moa.dim = config.dim;
+    moa.num_experts = options.get_int("experts", 8);
+    moa.k = options.get_int("k", 2);
+    moa.head_dim = options.get_int("head_dim", config.dim / config.heads);
+    moa.attn_dropout = config.attn_dropout;
+    moa.w_switch = options.get_double("w_switch", moa.w_switch);
+    moa.w_z = options.get_double("w_z", moa.w_z);
+    moa.w_cv = options.get_double("w_cv", moa.w_cv);
+    moa.noisy_gating = options.get_bool("noisy_gating", false);
+    moa.sample_topk = options.get_int("sample_topk", 0);
+    choose(options, "aux_normalisation", {"reference", "mean"});  // used by training_loss
+    made = std::make_shared<MoAAttention>(moa, gen);
+  } else if (type == "moh") {
+    MoHConfig moh;
+    moh.mha = mha;
+    moh.shared_heads = options.get_int("shared_heads", 2);
+    moh.routed_k = options.get_int("routed_k", 2);
+    moh.scaling = choose(options, "scaling", {"code", "paper"}) == 0 ? MoHConfig::GateScaling::code
+                                                                     : MoHConfig::GateScaling::paper;
+    moh.router = choose(options, "router", {"learned", "qnorm"}) == 0 ? MoHConfig::Router::learned
+                                                                      : MoHConfig::Router::qnorm;
+    moh.load_balance = choose(options, "load_balance", {"code", "paper"}) == 0 ? MoHConfig::LoadBalance::code
+                                                                               : MoHConfig::LoadBalance::paper;
+    moh.beta = options.get_double("beta", moh.beta);
+    made = std::make_shared<MoHAttention>(moh, gen);
+  } else if (type == "mae") {
+    MAEConfig mae;
+    mae.mha = mha;
+    mae.gate_input = static_cast<MAEConfig::GateInput>(
+        choose(options, "gate_input", {"auto", "seq_mean", "prefix_mean", "source_mean"}));
+    mae.gate_hidden = options.get_int("gate_hidden", 0);
+    mae.gate_activation = static_cast<MAEConfig::GateActivation>(choose(options, "gate_activation", {"relu", "tanh"}));
+    mae.sample_per = static_cast<MAEConfig::SamplePer>(choose(options, "sample_per", {"auto", "sequence", "token"}));
+    mae.inference = static_cast<MAEConfig::Inference>(choose(options, "inference", {"mixture", "top1"}));
+    made = std::make_shared<MAEAttention>(mae, gen);
   } else {
-    HEADROOM_FAIL("[make_attention] unknown attention type '", type, "' (known: mha)");
+    HEADROOM_FAIL("[make_attention] unknown attention type '", type, "' (known: mha, moa, moh, mae)");
   }
   options.check_all_used();
   return made;
@@ -241,6 +298,20 @@ std::shared_ptr<Attention> make_attention(const ModelConfig& config, int64_t lay
 
 AttentionFactory default_attention_factory(const ModelConfig& config, Generator& gen) {
   return [config, &gen](int64_t layer, AttentionRole role) { return make_attention(config, layer, role, gen); };
+}
+
+Tensor training_loss(const ModelConfig& config, const Tensor& task_mean_loss,
+                     const std::vector<Tensor>& aux_losses, int64_t target_tokens) {
+  const std::string& type = config.attention.type;
+  OptionReader options("training_loss " + type, config.attention.options);
+  if (type == "moa") {
+    bool reference = choose(options, "aux_normalisation", {"reference", "mean"}) == 0;
+    Tensor nll_sum = task_mean_loss * double(target_tokens);
+    return moa_total_loss(nll_sum, sum_aux(aux_losses), target_tokens,
+                          reference ? MoAAuxNormalisation::reference : MoAAuxNormalisation::mean);
+  }
+  if (type == "moh") return task_mean_loss + mean_aux(aux_losses) * options.get_double("beta", 0.01);
+  return task_mean_loss;
 }
 
 }  // namespace headroom

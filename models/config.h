@@ -102,6 +102,17 @@ std::shared_ptr<Attention> make_attention(const ModelConfig& config, int64_t lay
                                           Generator& gen = default_generator());
 AttentionFactory default_attention_factory(const ModelConfig& config, Generator& gen = default_generator());
 
+// The training loss of a model: the task's mean loss over its target tokens
+// plus the attention layers' auxiliary losses, by each method's convention:
+//   moa: aux summed over every MoA layer, added to the summed NLL and divided
+//        by the target-token count (option aux_normalisation=reference, the
+//        official code) or added to the mean loss (aux_normalisation=mean);
+//        the layers already weight their terms (w_switch, w_z, w_cv);
+//   moh: β (option beta, 0.01) times the mean over routed layers;
+//   mha, mae: no auxiliary loss.
+Tensor training_loss(const ModelConfig& config, const Tensor& task_mean_loss,
+                     const std::vector<Tensor>& aux_losses, int64_t target_tokens);
+
 // Typed reads from a method's option map; every key must be read, so a
 // misspelt option fails loudly in check_all_used().
 class OptionReader {

@@ -107,6 +107,18 @@ class ModuleList : public Module {
   }
 };
 
+// Every descendant of `root` (depth first, registration order) that is an M,
+// e.g. collect_modules<MAEAttention>(model) for MAE's BCD trainer.
+template <typename M>
+std::vector<std::shared_ptr<M>> collect_modules(const Module& root) {
+  std::vector<std::shared_ptr<M>> found;
+  for (const auto& [name, child] : root.children()) {
+    if (auto typed = std::dynamic_pointer_cast<M>(child)) found.push_back(typed);
+    for (auto& deeper : collect_modules<M>(*child)) found.push_back(deeper);
+  }
+  return found;
+}
+
 // Checkpoints on top of safetensors: the module's state_dict and metadata.
 void save_module(const Module& module, const std::string& path,
                  const std::map<std::string, std::string>& metadata = {});

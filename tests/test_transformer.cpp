@@ -2,7 +2,8 @@
 // its parts, causality of the DecoderLM, the ViT (patches by loops, cls and
 // mean pooling), aux-loss collection through a custom attention factory,
 // config metadata round trips, MACs, gradchecks through whole models (f64),
-// the frozen PyTorch fixture, and two learning checks.
+// and the frozen PyTorch fixture.  Learning checks for every attention type
+// are in test_models.cpp.
 #include <chrono>
 #include <filesystem>
 
@@ -289,86 +290,4 @@ TEST_CASE("DecoderLM matches the frozen PyTorch fixture: logits, loss and every 
       CHECK_CLOSE(p.grad(), f.get("grad." + name), tol, tol);
     }
   }
-}
-
-namespace {
-
-// Random symbol sequences of length L over symbols 1..n (0 is reserved).
-std::vector<std::vector<int32_t>> random_sequences(int64_t count, int64_t L, int64_t n, Generator& gen) {
-  std::vector<std::vector<int32_t>> out(count, std::vector<int32_t>(L));
-  for (auto& seq : out)
-    for (auto& s : seq) s = int32_t(1 + gen.next_int(n));
-  return out;
-}
-
-Tensor flatten_rows(const std::vector<std::vector<int32_t>>& rows) {
-  std::vector<int32_t> flat;
-  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-  return tokens_of(flat, int64_t(rows.size()));
-}
-
-// Trains with AdamW for `steps` on fresh batches from make_batch; returns the last loss.
-template <typename Loss>
-double train(Module& model, int steps, double lr, Loss&& batch_loss) {
-  const int threads = num_threads();
-  set_num_threads(1);  // the time limit is for one core
-  AdamW opt(model.parameters(), lr, 0.9, 0.98, 1e-9, 0);
-  double last = 0;
-  for (int step = 0; step < steps; ++step) {
-    opt.zero_grad();
-    Tensor loss = batch_loss();
-    loss.backward();
-    opt.step();
-    last = loss.item();
-  }
-  set_num_threads(threads);
-  return last;
-}
-
-}  // namespace
-
-TEST_CASE("learning: a DecoderLM learns to copy a sequence after a separator") {
-  const auto start = std::chrono::steady_clock::now();
-  Generator gen(6);
-  ModelConfig c = tiny_config();
-  c.vocab = 10, c.dim = 32, c.heads = 4, c.ffn_hidden = 64, c.decoder_layers = 2;
-  DecoderLM lm(c, gen);
-  const int64_t L = 5, SEP = 0;
-  double loss = train(lm, 300, 3e-3, [&] {
-    // [x1..x5, SEP, x1..x5]: predict the copy (targets of the first half are ignored)
-    std::vector<std::vector<int32_t>> seqs = random_sequences(32, L, 9, gen), inputs, targets;
-    for (const auto& s : seqs) {
-      std::vector<int32_t> in(s), tg(L, -100);
-      in.push_back(SEP);
-      in.insert(in.end(), s.begin(), s.end() - 1);
-      tg.insert(tg.end(), s.begin(), s.end());
-      inputs.push_back(in), targets.push_back(tg);
-    }
-    return cross_entropy(lm.forward(flatten_rows(inputs)).out, flatten_rows(targets));
-  });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  MESSAGE("DecoderLM copy: loss ", loss, " after 300 steps in ", seconds, " s");
-  CHECK(loss < 0.05);
-}
-
-TEST_CASE("learning: an EncoderDecoder learns to reverse a sequence") {
-  const auto start = std::chrono::steady_clock::now();
-  Generator gen(7);
-  ModelConfig c = tiny_config();
-  c.vocab = 10, c.dim = 32, c.heads = 4, c.ffn_hidden = 64, c.encoder_layers = c.decoder_layers = 1;
-  EncoderDecoder model(c, gen);
-  const int64_t L = 5, BOS = 0;
-  double loss = train(model, 300, 3e-3, [&] {
-    std::vector<std::vector<int32_t>> src = random_sequences(32, L, 9, gen), tgt_in, tgt_out;
-    for (const auto& s : src) {
-      std::vector<int32_t> reversed(s.rbegin(), s.rend()), in{BOS};
-      in.insert(in.end(), reversed.begin(), reversed.end() - 1);
-      tgt_in.push_back(in), tgt_out.push_back(reversed);
-    }
-    Tensor memory = model.encode(flatten_rows(src)).out;
-    return cross_entropy(model.decode(flatten_rows(tgt_in), memory).out, flatten_rows(tgt_out));
-  });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  MESSAGE("EncoderDecoder reversal: loss ", loss, " after 300 steps in ", seconds, " s");
-  CHECK(loss < 0.05);
 }
