@@ -4,6 +4,7 @@
 // (copy) and an EncoderDecoder (reversal) within a fixed number of seeded
 // steps on one core (MAE trained by block coordinate descent).
 #include <chrono>
+#include <filesystem>
 
 #include "helpers.h"
 #include "transformer_helpers.h"
@@ -181,4 +182,39 @@ TEST_CASE("a ViT runs with every attention type") {
     cross_entropy(logits, Tensor::from_vector<int32_t>({0, 2})).backward();
     for (const Tensor& p : vit.parameters()) CHECK(p.grad().defined() == true);
   }
+}
+
+TEST_CASE("MHA -> MoH conversion: a dense checkpoint loads into a qnorm-routed MoH model and keeps training") {
+  // methods.md §3.6: same weights, first h_s heads shared, parameter-free
+  // router (query norms), 0/1 gates with a straight-through estimator.  The
+  // qnorm router adds no parameters, so the dense checkpoint loads strictly.
+  Generator gen(21);
+  ModelConfig dense_config = model_config("mha");
+  DecoderLM dense(dense_config, gen);
+  const std::string path = std::filesystem::temp_directory_path() / "headroom_mha_to_moh.safetensors";
+  save_module(dense, path);
+
+  ModelConfig all_heads = model_config("moh");
+  all_heads.attention.options = {{"shared_heads", "2"}, {"routed_k", "2"}, {"router", "qnorm"}};
+  DecoderLM converted(all_heads, gen);
+  load_module(converted, path);  // strict: the same names, no new parameters
+  Tensor tokens = testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8}, 2);
+  {
+    NoGradGuard no_grad;  // every head active: exactly the dense model
+    CHECK_CLOSE(converted.forward(tokens).out, dense.forward(tokens).out, 1e-5);
+  }
+
+  ModelConfig sparse = model_config("moh");
+  sparse.attention.options = {{"shared_heads", "2"}, {"routed_k", "1"}, {"router", "qnorm"}};
+  DecoderLM moh(sparse, gen);
+  load_module(moh, path);
+  std::filesystem::remove(path);
+  AdamW opt(moh.parameters(), 1e-3);
+  ModelOutput out = moh.forward(tokens);
+  REQUIRE(out.stats.size() == 2);
+  CHECK(out.stats[0].indices.shape() == Shape{8, 1});  // one routed head of 2 per token
+  Tensor before = moh.parameters()[1].detach().clone();
+  training_loss(sparse, cross_entropy(out.out, tokens), out.aux_losses, 8).backward();
+  opt.step();
+  CHECK(testing::compare(moh.parameters()[1], before, 0) != "");  // it trains
 }
