@@ -178,6 +178,49 @@ void run(const Options& o) {
   }
 }
 
+// A whole training step (forward, backward, AdamW) of a 2-layer DecoderLM per
+// attention type: tokens per second, d = 512, h = 8, vocabulary 256, causal.
+void run_training_steps(const Options& o) {
+  const int64_t T = o.seqs.front();
+  char title[160];
+  std::snprintf(title, sizeof title, "training step, 2-layer DecoderLM d=512 h=8 vocab 256, B=%lld T=%lld, %d thread(s)",
+                (long long)o.batch, (long long)T, o.threads);
+  Table table(title, {"attention", "options", "ms / step", "tokens / s", "vs MHA"});
+  struct Kind { const char* type; StringMap options; };
+  const Kind kinds[] = {{"mha", {}},
+                        {"moa", {{"experts", "8"}, {"k", "2"}, {"head_dim", "64"}}},
+                        {"moh", {{"shared_heads", "2"}, {"routed_k", "2"}}},
+                        {"moh", {{"shared_heads", "2"}, {"routed_k", "4"}}},
+                        {"mae", {}}};
+  double mha_ms = 0;
+  for (const Kind& kind : kinds) {
+    ModelConfig c;
+    c.vocab = 256, c.dim = 512, c.heads = 8, c.decoder_layers = 2, c.ffn_hidden = 2048, c.max_len = T;
+    c.attention.type = kind.type;
+    c.attention.options = kind.options;
+    Generator gen(5);
+    DecoderLM lm(c, gen);
+    AdamW opt(lm.parameters(), 1e-4);
+    Tensor tokens = Tensor::rand({o.batch, T}, gen, DType::f32, 0, 256).to(DType::i32);
+    auto step = [&] {
+      opt.zero_grad();
+      ModelOutput out = lm.forward(tokens);
+      training_loss(c, cross_entropy(out.out, tokens), out.aux_losses, o.batch * T).backward();
+      opt.step();
+    };
+    std::vector<double> times;
+    for (int i = 0; i < (o.smoke ? 1 : 2 + o.iters / 2); ++i) times.push_back(time_ms(step, 1));
+    if (!o.smoke) times.erase(times.begin(), times.begin() + 2);  // warm-up
+    const double ms = median(times);
+    if (std::string(kind.type) == "mha") mha_ms = ms;
+    std::string options;
+    for (auto& [k, v] : kind.options) options += k + "=" + v + " ";
+    table.row({kind.type, options, format("%.1f", ms), format("%.0f", double(o.batch * T) / ms * 1000),
+               format("%.2f", ms / mha_ms)});
+  }
+  table.print();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,6 +229,7 @@ int main(int argc, char** argv) {
     set_num_threads(o.threads);
     std::printf("# bench_attention\n");
     run(o);
+    run_training_steps(o);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
