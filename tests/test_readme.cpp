@@ -52,3 +52,22 @@ TEST_CASE("the README API tour runs") {
   Tensor y = scatter_add_rows(segment_matmul(gather_rows(x, plan), experts, plan), top.values, plan);
   CHECK(y.shape() == Shape{4, 8});
 }
+
+TEST_CASE("the README models snippet runs (at tiny sizes)") {
+  Tensor tokens = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
+  const int64_t n_tokens = 8;
+  ModelConfig c;
+  c.vocab = 16, c.dim = 16, c.heads = 4, c.decoder_layers = 2, c.ffn_hidden = 32;
+  c.attention.type = "moh";
+  c.attention.options = {{"shared_heads", "2"}, {"routed_k", "1"}};
+  c.attention.layer_options[0] = {{"shared_heads", "4"}, {"routed_k", "0"}};
+  DecoderLM lm(c);
+  ModelOutput out = lm.forward(tokens);
+  Tensor loss = training_loss(c, cross_entropy(out.out, tokens), out.aux_losses, n_tokens);
+  loss.backward();
+  Tensor prompt = tokens.narrow(1, 0, 2);
+  Generated text = greedy(lm, prompt, {/*max_new=*/5});
+  CHECK(out.out.shape() == Shape{2, 4, 16});
+  CHECK(out.aux_losses.size() == 1);  // layer 0 has no routed heads
+  CHECK(text.tokens.size() == 2);
+}
