@@ -3,6 +3,7 @@
 // DecoderLM recorded end to end.
 #include <cmath>
 #include <fstream>
+#include <numeric>
 #include <regex>
 #include <sstream>
 
@@ -30,6 +31,14 @@ RoutingStats routed(const std::vector<int32_t>& indices, int64_t k, const std::v
 std::vector<RoutingStats> two_layers() {
   return {RoutingStats(), routed({0, 1, 1, 2, 0, 2, 0, 1}, 2,
                                  {0.5f, 0.5f, 0, 0, 0.75f, 0.25f, 0.125f, 0, 0.25f, 0.125f, 0.25f, 0}, 3)};
+}
+
+// value(layer, e) for every expert of the layer, e.g. per_expert(r, 1, &RoutingRecorder::count).
+template <typename T>
+std::vector<T> per_expert(const RoutingRecorder& r, int64_t layer, T (RoutingRecorder::*value)(int64_t, int64_t) const) {
+  std::vector<T> values;
+  for (int64_t e = 0; e < r.experts(layer); ++e) values.push_back((r.*value)(layer, e));
+  return values;
 }
 
 std::string read_text(const std::string& path) {
@@ -70,15 +79,9 @@ TEST_CASE("RoutingRecorder: counts, densities and mean gates from top-k indices"
   CHECK(r.experts(0) == 0);
   CHECK(r.experts(1) == 3);
   CHECK(r.tokens(1) == 4);
-  CHECK(r.count(1, 0) == 3);
-  CHECK(r.count(1, 1) == 3);
-  CHECK(r.count(1, 2) == 2);
-  CHECK(r.density(1, 0) == 0.75);
-  CHECK(r.density(1, 1) == 0.75);
-  CHECK(r.density(1, 2) == 0.5);  // densities sum to k = 2
-  CHECK(r.mean_gate(1, 0) == 0.25);
-  CHECK(r.mean_gate(1, 1) == 0.5);
-  CHECK(r.mean_gate(1, 2) == 0.25);
+  CHECK(per_expert(r, 1, &RoutingRecorder::count) == std::vector<int64_t>{3, 3, 2});
+  CHECK(per_expert(r, 1, &RoutingRecorder::density) == std::vector<double>{0.75, 0.75, 0.5});  // sum k = 2
+  CHECK(per_expert(r, 1, &RoutingRecorder::mean_gate) == std::vector<double>{0.25, 0.5, 0.25});
   // Bins of width 1/4: e0 .5 .125 .125; e1 .5 .75 .25; e2 .25 .25.
   CHECK(r.histogram(1, 0) == std::vector<int64_t>{2, 0, 1, 0});
   CHECK(r.histogram(1, 1) == std::vector<int64_t>{0, 1, 1, 1});
@@ -96,10 +99,8 @@ TEST_CASE("RoutingRecorder: soft gates select where > 0; heads outside the indic
   RoutingRecorder r(4);
   // Soft (MAE responsibilities / MoH K_r = 0): row 1 gives expert 0 a zero gate.
   r.add({routed({}, 0, {0.25f, 0.75f, 0, 1}, 2)});
-  CHECK(r.count(0, 0) == 1);
-  CHECK(r.count(0, 1) == 2);
-  CHECK(r.density(0, 0) == 0.5);
-  CHECK(r.density(0, 1) == 1.0);
+  CHECK(per_expert(r, 0, &RoutingRecorder::count) == std::vector<int64_t>{1, 2});
+  CHECK(per_expert(r, 0, &RoutingRecorder::density) == std::vector<double>{0.5, 1.0});
   CHECK(r.mean_gate(0, 1) == 0.875);
   CHECK(r.histogram(0, 0) == std::vector<int64_t>{0, 1, 0, 0});  // the zero gate is not recorded
   CHECK(r.histogram(0, 1) == std::vector<int64_t>{0, 0, 0, 2});  // a gate of exactly max_gate: last bin
@@ -168,11 +169,9 @@ TEST_CASE("RoutingRecorder: the valid mask excludes rows") {
   // Rows 1 and 2 invalid: only rows 0 ({0, 1}) and 3 ({0, 1}) count.
   r.add(two_layers(), Tensor(), Tensor::from_vector(std::vector<uint8_t>{1, 0, 0, 1}));
   CHECK(r.tokens(1) == 2);
-  CHECK(r.count(1, 0) == 2);
-  CHECK(r.count(1, 2) == 0);
-  CHECK(r.density(1, 0) == 1.0);
-  CHECK(r.density(1, 2) == 0.0);
-  CHECK(r.mean_gate(1, 0) == 0.3125);
+  CHECK(per_expert(r, 1, &RoutingRecorder::count) == std::vector<int64_t>{2, 2, 0});
+  CHECK(per_expert(r, 1, &RoutingRecorder::density) == std::vector<double>{1.0, 1.0, 0.0});
+  CHECK(per_expert(r, 1, &RoutingRecorder::mean_gate) == std::vector<double>{0.3125, 0.375, 0.0});
   CHECK(r.histogram(1, 2) == std::vector<int64_t>{0, 0, 0, 0});
 }
 
@@ -259,16 +258,11 @@ TEST_CASE("RoutingRecorder: a tiny MoA DecoderLM, N·k assignments per layer") {
   for (int64_t l = 0; l < 2; ++l) {
     CHECK(r.experts(l) == 4);
     CHECK(r.tokens(l) == 10);
-    const std::vector<float> load = out.stats[l].load.to_vector<float>();
-    int64_t assignments = 0;
-    double densities = 0;
-    for (int64_t e = 0; e < 4; ++e) {
-      CHECK(r.count(l, e) == int64_t(load[e]));
-      assignments += r.count(l, e);
-      densities += r.density(l, e);
-    }
-    CHECK(assignments == 10 * 2);
-    CHECK(densities == doctest::Approx(2.0));
+    const std::vector<int64_t> counts = per_expert(r, l, &RoutingRecorder::count);
+    CHECK(counts == out.stats[l].load.to_vector<int64_t>());
+    CHECK(std::accumulate(counts.begin(), counts.end(), int64_t(0)) == 10 * 2);
+    const std::vector<double> densities = per_expert(r, l, &RoutingRecorder::density);
+    CHECK(std::accumulate(densities.begin(), densities.end(), 0.0) == doctest::Approx(2.0));
     // Token 1 appears twice: n(1, ·) sums to 2·k.
     int64_t token1 = 0;
     for (int64_t e = 0; e < 4; ++e) token1 += r.token_count(l, 1, e);
@@ -279,9 +273,8 @@ TEST_CASE("RoutingRecorder: a tiny MoA DecoderLM, N·k assignments per layer") {
   ModelOutput padded = model.forward(tokens, padding);
   r.add(padded.stats, tokens.reshape({-1}), logical_not(padding).reshape({-1}));
   for (int64_t l = 0; l < 2; ++l) {
-    int64_t assignments = 0;
-    for (int64_t e = 0; e < 4; ++e) assignments += r.count(l, e);
+    const std::vector<int64_t> counts = per_expert(r, l, &RoutingRecorder::count);
     CHECK(r.tokens(l) == 19);
-    CHECK(assignments == 19 * 2);
+    CHECK(std::accumulate(counts.begin(), counts.end(), int64_t(0)) == 19 * 2);
   }
 }
