@@ -31,3 +31,4 @@
 #include "headroom/models/config.h"
 #include "headroom/models/transformer.h"
 #include "headroom/models/decoding.h"
+#include "headroom/models/stats.h"
