@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 
+#include "headroom/core/atomic_file.h"
 #include "headroom/core/json.h"
 
 namespace headroom {
@@ -235,52 +236,6 @@ Tensor SafetensorsFile::get(const std::string& name) const {
 
 namespace {
 
-// A file written under a temporary name in the destination's folder and
-// renamed over the destination by commit(), so readers never see a partial
-// file and a failure leaves the old one.  Unless committed, the temporary
-// file is removed on destruction.
-class AtomicFile {
- public:
-  explicit AtomicFile(const std::string& path) : path_(path) {
-    static std::atomic<unsigned> counter{0};
-    temp_ = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    HEADROOM_CHECK(fd_ >= 0, "[safetensors] cannot create the temporary file ", temp_, " to save ", path, ": ",
-                   std::strerror(errno));
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* data, size_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      ssize_t n = ::write(fd_, p, bytes);
-      if (n < 0 && errno == EINTR) continue;
-      HEADROOM_CHECK(n > 0, "[safetensors] writing ", temp_, " failed: ", std::strerror(errno));
-      p += n;
-      bytes -= static_cast<size_t>(n);
-    }
-  }
-
-  void commit() {
-    HEADROOM_CHECK(::fsync(fd_) == 0, "[safetensors] flushing ", temp_, " failed: ", std::strerror(errno));
-    int closed = ::close(fd_);
-    fd_ = -1;
-    HEADROOM_CHECK(closed == 0, "[safetensors] closing ", temp_, " failed: ", std::strerror(errno));
-    HEADROOM_CHECK(::rename(temp_.c_str(), path_.c_str()) == 0, "[safetensors] renaming ", temp_, " to ", path_,
-                   " failed: ", std::strerror(errno));
-    committed_ = true;
-  }
-
- private:
-  std::string path_, temp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 json::Value integer_array(const std::vector<int64_t>& values) {
   std::vector<json::Value> items(values.begin(), values.end());
@@ -325,7 +280,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 
   unsigned char length_bytes[8];
   for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
-  AtomicFile file(path);
+  AtomicFile file(path, "safetensors");
   file.write(length_bytes, 8);
   file.write(text.data(), text.size());
   for (const Tensor& t : contiguous) file.write(t.raw_data(), t.numel() * dtype_size(t.dtype()));

@@ -1,16 +1,13 @@
 #include "headroom/models/stats.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <functional>
 #include <sstream>
 
-#include <unistd.h>
 
+#include "headroom/core/atomic_file.h"
 #include "headroom/core/json.h"
 
 namespace headroom {
@@ -112,28 +109,6 @@ std::string json_object(const std::vector<std::pair<std::string, std::string>>& 
 }
 
 std::string int_text(int64_t v) { return std::to_string(v); }
-
-// Writes `text` to a temporary file beside `path` and renames it over
-// `path`, so readers never see a partial file.
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string temp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
-    HEADROOM_CHECK(file.is_open(), "[RoutingRecorder] cannot create ", temp, " to write ", path, ": ",
-                   std::strerror(errno));
-    file << text;
-    file.close();
-    if (!file) {
-      std::remove(temp.c_str());
-      HEADROOM_FAIL("[RoutingRecorder] writing ", temp, " for ", path, " failed");
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(temp.c_str());
-    HEADROOM_FAIL("[RoutingRecorder] renaming ", temp, " to ", path, " failed: ", reason);
-  }
-}
 
 }  // namespace
 
@@ -306,7 +281,7 @@ void RoutingRecorder::write_csv(const std::string& path) const {
     for (int64_t e = 0; e < layers_[l].experts; ++e)
       csv << l << ',' << e << ',' << count(l, e) << ',' << format_double(density(l, e)) << ','
           << format_double(mean_gate(l, e)) << '\n';
-  write_atomically(path, csv.str());
+  write_file_atomically(path, csv.str(), "RoutingRecorder");
 }
 
 void RoutingRecorder::write_json(const std::string& path, int64_t pmi_top, int64_t pmi_min_count) const {
@@ -339,7 +314,7 @@ void RoutingRecorder::write_json(const std::string& path, int64_t pmi_top, int64
   }
   const std::string text = json_object({{"histogram_bins", int_text(bins_)},
                                          {"layers", json_list(layer_texts, [](const std::string& s) { return s; })}});
-  write_atomically(path, text + "\n");
+  write_file_atomically(path, text + "\n", "RoutingRecorder");
 }
 
 }  // namespace headroom
