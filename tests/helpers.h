@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,6 +38,26 @@ inline std::string compare(const std::vector<double>& a, const std::vector<doubl
 inline std::string compare(const Tensor& a, const Tensor& b, double atol, double rtol = 0) {
   if (a.shape() != b.shape()) return "shapes differ: " + shape_str(a.shape()) + " vs " + shape_str(b.shape());
   return compare(a.to_vector<double>(), b.to_vector<double>(), atol, rtol);
+}
+
+// Gradcheck (f64) through an attention module's parameters and its input:
+// converts the module to f64, draws x [B, T, d] from `gen`, and checks
+// `output(m.forward({x, no memory, causal, key_padding}))` (default: .out).
+inline autograd::GradcheckResult gradcheck_attention(
+    Attention& m, const Shape& x_shape, Generator& gen, bool causal, const Tensor& key_padding,
+    const std::function<Tensor(const AttentionOutput&)>& output = {}) {
+  m.to(DType::f64);
+  Tensor x = Tensor::randn(x_shape, gen, DType::f64).set_requires_grad();
+  std::vector<Tensor> inputs = m.parameters();
+  inputs.push_back(x);
+  return gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        AttentionInput a{in.back(), Tensor(), causal};
+        a.key_padding = key_padding;
+        AttentionOutput o = m.forward(a);
+        return output ? output(o) : o.out;
+      },
+      inputs);
 }
 
 }  // namespace headroom::testing

@@ -268,18 +268,8 @@ TEST_CASE("MAE gradcheck through the mixture, the gate MLP and the input (f64)")
     config.gate_activation = activation;
     MAEAttention m(config, gen);
     randomise_gate(m, gen);
-    m.to(DType::f64);
-    Tensor x = Tensor::randn({2, 3, 8}, gen, DType::f64).set_requires_grad();
-    std::vector<Tensor> inputs = m.parameters();
-    inputs.push_back(x);
     Tensor pad = Tensor::from_vector<uint8_t>({0, 0, 0, 1, 0, 0}, {2, 3});
-    auto result = gradcheck(
-        [&](const std::vector<Tensor>& in) {
-          AttentionInput a{in.back(), Tensor(), gate_input == GateInput::prefix_mean};
-          a.key_padding = pad;
-          return m.forward(a).out;
-        },
-        inputs);
+    auto result = testing::gradcheck_attention(m, {2, 3, 8}, gen, gate_input == GateInput::prefix_mean, pad);
     CHECK_MESSAGE(result.ok, result.message);
   }
 }

@@ -78,18 +78,8 @@ TEST_CASE("MHA decoding with a KV cache equals the full forward") {
 TEST_CASE("MHA gradcheck through every parameter and the input (f64)") {
   Generator gen(7);
   MultiHeadAttention m({8, 2, 1}, gen);
-  m.to(DType::f64);
-  Tensor x = Tensor::randn({1, 3, 8}, gen, DType::f64).set_requires_grad();
-  std::vector<Tensor> inputs = m.parameters();
-  inputs.push_back(x);
   Tensor pad = Tensor::from_vector<uint8_t>({0, 0, 1}, {1, 3});
-  auto result = gradcheck(
-      [&](const std::vector<Tensor>& in) {
-        AttentionInput a{in.back(), Tensor(), true};
-        a.key_padding = pad;
-        return m.forward(a).out;
-      },
-      inputs);
+  auto result = testing::gradcheck_attention(m, {1, 3, 8}, gen, /*causal=*/true, pad);
   CHECK_MESSAGE(result.ok, result.message);
 }
 

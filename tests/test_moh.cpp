@@ -327,18 +327,8 @@ TEST_CASE("MoH gradcheck through the module and the learned routers (f64)") {
     config.mha.kv_heads = c.kv_heads;
     MoHAttention m(config, gen);
     spread_routers(m, gen);
-    m.to(DType::f64);
-    Tensor x = Tensor::randn({1, 3, 8}, gen, DType::f64).set_requires_grad();
-    std::vector<Tensor> inputs = m.parameters();
-    inputs.push_back(x);
     Tensor pad = Tensor::from_vector<uint8_t>({0, 1, 0}, {1, 3});
-    auto result = gradcheck(
-        [&](const std::vector<Tensor>& in) {
-          AttentionInput a{in.back(), Tensor(), true};
-          a.key_padding = pad;
-          return out_and_aux(m.forward(a));
-        },
-        inputs);
+    auto result = testing::gradcheck_attention(m, {1, 3, 8}, gen, /*causal=*/true, pad, out_and_aux);
     CHECK_MESSAGE(result.ok, result.message);
   }
 }
