@@ -76,6 +76,8 @@ struct Candidate {
   std::shared_ptr<Attention> layer;
   // Routed output vs the method's dense reference path (max |difference|).
   std::function<double(const AttentionInput&)> check;
+  // The routing work alone (router, top-k, plan) for x [B, T, d], no grad.
+  std::function<void(const Tensor& x)> route_only;
 };
 
 double max_difference(const Tensor& a, const Tensor& b) {
@@ -91,9 +93,14 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
   // A zero-initialised router sends every token to experts 0 and 1; a random
   // one spreads the load as a trained router would.
   { NoGradGuard g; moa->router->weight.copy_(Tensor::randn(moa->router->weight.shape(), gen) * 0.5); }
-  list.push_back({"MoA E=8 k=2 d_h=64", moa, [moa](const AttentionInput& in) {
+  list.push_back({"MoA E=8 k=2 d_h=64", moa,
+                  [moa](const AttentionInput& in) {
                     NoGradGuard g;
                     return max_difference(moa->forward(in).out, moa->forward_dense_reference(in).out);
+                  },
+                  [moa](const Tensor& x) {
+                    MoARouting r = moa->route_tokens(x.reshape({-1, x.size(-1)}), Tensor());
+                    route(r.indices, moa->config.num_experts);
                   }});
   // MoH at ρ = (h_s + K_r) / h = 0.5 and 0.75, learned router with random
   // weights (a zero router would be a tie).
@@ -105,9 +112,17 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
     auto moh = std::make_shared<MoHAttention>(config, gen);
     char name[64];
     std::snprintf(name, sizeof name, "MoH h_s=2 K_r=%lld (ρ=%.2f)", (long long)routed_k, double(2 + routed_k) / double(h));
-    list.push_back({name, moh, [moh](const AttentionInput& in) {
+    list.push_back({name, moh,
+                    [moh](const AttentionInput& in) {
                       NoGradGuard g;
                       return max_difference(moh->forward(in).out, moh->forward_dense_reference(in).out);
+                    },
+                    [moh](const Tensor& x) {  // the learned router of §3.3: three small GEMMs, softmax, top-k, plan
+                      Tensor rows = x.reshape({-1, x.size(-1)});
+                      TopK top = topk(softmax(linear(rows, moh->router_routed->weight), -1), moh->moh_config.routed_k);
+                      softmax(linear(rows, moh->router_shared->weight), -1);
+                      softmax(linear(rows, moh->router_mix->weight), -1);
+                      route(top.indices, moh->config.heads);
                     }});
   }
   // MAE: the mixture is MHA with per-head weights plus a small gate MLP (no
@@ -117,7 +132,7 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
   mae_config.gate_input = MAEConfig::GateInput::prefix_mean;
   auto mae = std::make_shared<MAEAttention>(mae_config, gen);
   mae->set_mode(MAEMode::mixture);
-  list.push_back({"MAE h=8 mixture", mae, nullptr});
+  list.push_back({"MAE h=8 mixture", mae, nullptr, nullptr});
   return list;
 }
 
@@ -155,7 +170,7 @@ void run(const Options& o) {
     std::snprintf(title, sizeof title, "attention layer, d=%lld h=%lld B=%lld T=%lld causal f32, %d thread(s)",
                   (long long)d, (long long)h, (long long)o.batch, (long long)T, o.threads);
     Table table(title, {"layer", "pass", "ms", "MHA ms", "ratio", "FLOP bound f", "η = f / ratio",
-                        "peak MiB (fwd+bwd)", "routed vs dense max diff"});
+                        "peak MiB (fwd+bwd)", "routing overhead", "routed vs dense max diff"});
     const double mha_macs = double(mha.macs(T, T, true));
     for (Candidate& c : list) {
       double diff = c.check ? c.check({x.detach(), Tensor(), true}) : 0;
@@ -164,6 +179,14 @@ void run(const Options& o) {
       const double bound = double(c.layer->macs(T, T, true)) / mha_macs;
       double peak = double(peak_bytes(pass(*c.layer, x, dout, true))) / (1 << 20);
       double mha_peak = double(peak_bytes(pass(mha, x, dout, true))) / (1 << 20);
+      // Router + top-k + plan against the dense layer's forward (goal ≤ 5%).
+      std::string overhead = "n/a";
+      if (c.route_only) {
+        Tensor xd = x.detach();
+        Comparison r = time_interleaved([&] { NoGradGuard g; c.route_only(xd); }, pass(mha, x, dout, false),
+                                        o.iters, 1, o.smoke ? 0 : 2);
+        overhead = format("%.1f%%", 100 * r.a_ms / r.b_ms);
+      }
       for (bool backward : {false, true}) {
         Comparison cmp = time_interleaved(pass(*c.layer, x, dout, backward), pass(mha, x, dout, backward),
                                           o.iters, 1, o.smoke ? 0 : 2);
@@ -171,7 +194,7 @@ void run(const Options& o) {
         table.row({c.name, backward ? "fwd+bwd" : "forward", format("%.2f", cmp.a_ms), format("%.2f", cmp.b_ms),
                    format("%.3f", ratio), format("%.3f", bound), format("%.2f", bound / ratio),
                    backward ? format("%.0f", peak) + " (MHA " + format("%.0f", mha_peak) + ")" : "",
-                   c.check ? format("%.1e", diff) : "n/a"});
+                   backward ? "" : overhead, c.check ? format("%.1e", diff) : "n/a"});
       }
     }
     table.print();
