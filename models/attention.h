@@ -34,6 +34,10 @@ struct AttentionInput {
   Tensor query_padding;     // b8 [B, T], 1 = padded query (MoA zeroes its output)
   Tensor key_padding;       // b8 [B, S], 1 = padded key, never attended
   AttentionCache* cache = nullptr;  // decoding: x holds only the new tokens
+  // Decoder self-attention in an encoder–decoder model: the encoder output
+  // and its padding, for gates that summarise the source (MAE's source_mean).
+  Tensor source;            // [B, S_src, d], undefined elsewhere
+  Tensor source_padding;    // b8 [B, S_src]
 };
 
 // What a routed layer decided, for statistics and plots (no gradients).

@@ -75,13 +75,17 @@ Tensor prefix_mean(const AttentionInput& in) {
   return running.narrow(-1, 0, d) / maximum(running.narrow(-1, d, 1), 1.0);
 }
 
-// The mean of the memory's real positions, [B, 1, d]: computed on the first
-// call and kept in the cache's `extra` (extra_count = S) for the others.
+// The mean of the source's real positions, [B, 1, d] (the memory in
+// cross-attention; the encoder output given as `source` in a decoder's
+// self-attention): computed on the first call and kept in the cache's `extra`
+// (extra_count = S) for the others.
 Tensor source_mean(const AttentionInput& in) {
   AttentionCache* cache = in.cache;
   if (cache && cache->extra.defined()) return cache->extra;
-  const Tensor& m = in.memory;
-  Tensor mean_memory = masked_mean(m, real_positions(in.key_padding, m.size(0), m.size(1), m.dtype()));
+  const bool cross = in.memory.defined();
+  const Tensor& m = cross ? in.memory : in.source;
+  const Tensor& padding = cross ? in.key_padding : in.source_padding;
+  Tensor mean_memory = masked_mean(m, real_positions(padding, m.size(0), m.size(1), m.dtype()));
   if (cache) cache->extra = mean_memory.detach(), cache->extra_count = m.size(1);
   return mean_memory;
 }
@@ -137,18 +141,22 @@ MAEAttention::MAEAttention(const MAEConfig& cfg, Generator& gen)
 }
 
 GateInput MAEAttention::resolve_gate_input(const AttentionInput& in) const {
-  const bool cross = in.memory.defined();
+  // methods.md §4.3 auto: the source mean in every decoder sublayer of an
+  // encoder–decoder model, the prefix mean in a decoder-only causal layer,
+  // the sequence mean elsewhere.
+  const bool has_source = in.memory.defined() || in.source.defined();
   GateInput source = mae_config.gate_input;
   if (source == GateInput::auto_)
-    source = cross ? GateInput::source_mean : in.causal ? GateInput::prefix_mean : GateInput::seq_mean;
+    source = has_source ? GateInput::source_mean : in.causal ? GateInput::prefix_mean : GateInput::seq_mean;
   HEADROOM_CHECK(!(source == GateInput::seq_mean && in.causal),
                  "[MAEAttention] a seq_mean gate on a causal layer would read future tokens; use prefix_mean "
                  "(or auto)");
   HEADROOM_CHECK(!(source == GateInput::seq_mean && in.cache),
                  "[MAEAttention] a seq_mean gate needs the whole sequence and cannot decode with a cache; use "
                  "prefix_mean");
-  HEADROOM_CHECK(!(source == GateInput::source_mean && !cross),
-                 "[MAEAttention] a source_mean gate needs the memory (cross-attention); this call has none");
+  HEADROOM_CHECK(!(source == GateInput::source_mean && !has_source),
+                 "[MAEAttention] a source_mean gate needs the memory (cross-attention) or the source (decoder "
+                 "self-attention of an encoder-decoder model); this call has neither");
   return source;
 }
 

@@ -33,7 +33,8 @@ struct MAEConfig {
   // out of every mean: query_padding (or, in self-attention, the key padding)
   // for x, key_padding for the memory.
   enum class GateInput {
-    auto_,        // source_mean for cross-attention, prefix_mean for causal, else seq_mean
+    auto_,        // source_mean in an encoder-decoder decoder (cross-attention, or self-attention
+                  // given the source), prefix_mean for other causal layers, else seq_mean
     seq_mean,     // mean of x over the sequence: one g per sequence (rejected when causal)
     prefix_mean,  // mean of x over positions <= t: one g per token, exact under the KV cache
     source_mean,  // mean of the memory (cross-attention only): one g per sequence

@@ -98,12 +98,14 @@ ModelOutput TransformerBlock::forward(const BlockInput& in) {
     return o.out;
   };
   Tensor x = residual(in.x, *self_attn_norm, [&](const Tensor& h) {
-    return attend(*self_attn, {h, Tensor(), causal, in.padding, in.padding, in.self_cache});
+    return attend(*self_attn,
+                  {h, Tensor(), causal, in.padding, in.padding, in.self_cache, in.memory, in.memory_padding});
   });
   if (cross_attn) {
     HEADROOM_CHECK(in.memory.defined(), "[TransformerBlock] a block with cross-attention needs the memory");
     x = residual(x, *cross_attn_norm, [&](const Tensor& h) {
-      return attend(*cross_attn, {h, in.memory, false, in.padding, in.memory_padding, in.cross_cache});
+      return attend(*cross_attn,
+                    {h, in.memory, false, in.padding, in.memory_padding, in.cross_cache, Tensor(), Tensor()});
     });
   }
   result.out = residual(x, *mlp_norm, [&](const Tensor& h) { return mlp->forward(h); });

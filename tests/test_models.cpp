@@ -240,3 +240,26 @@ TEST_CASE("MHA -> MoH conversion: a dense checkpoint loads into a qnorm-routed M
   opt.step();
   CHECK(testing::compare(moh.parameters()[1], before, 0) != "");  // it trains
 }
+
+TEST_CASE("MAE in an encoder-decoder: decoder self-attention gates on the source mean (methods.md §4.3 auto)") {
+  Generator gen(31);
+  ModelConfig c = model_config("mae");
+  c.encoder_layers = c.decoder_layers = 1;
+  EncoderDecoder model(c, gen);
+  // A non-zero gate output layer, so responsibilities depend on their input.
+  for (auto& layer : collect_modules<MAEAttention>(model)) {
+    NoGradGuard g;
+    layer->gate->fc2->weight.copy_(Tensor::randn(layer->gate->fc2->weight.shape(), gen));
+  }
+  Tensor src = testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8}, 2);
+  Tensor memory = model.encode(src).out;
+  ModelOutput a = model.decode(testing::token_rows({0, 4, 2, 9, 0, 3, 3, 1}, 2), memory);
+  ModelOutput b = model.decode(testing::token_rows({0, 7, 7, 7, 0, 1, 2, 3}, 2), memory);
+  REQUIRE(a.stats.size() == 2);  // decoder self, cross
+  // Self-attention's g: one per sequence (equal at every position), set by the
+  // source alone (the same for other target tokens).
+  std::vector<float> g = a.stats[0].gates.to_vector<float>();  // [B*T, h]
+  for (int64_t t = 1; t < 4; ++t)
+    for (int64_t j = 0; j < 4; ++j) CHECK(g[t * 4 + j] == g[j]);
+  CHECK_CLOSE(a.stats[0].gates, b.stats[0].gates, 0);
+}
