@@ -244,7 +244,7 @@ json::Value integer_array(const std::vector<int64_t>& values) {
 
 }  // namespace
 
-void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   // Validate everything before touching the disk.
   std::vector<const std::pair<std::string, Tensor>*> by_name;

@@ -20,9 +20,13 @@
 
 namespace headroom {
 
+// Tensors with their names, in order: a checkpoint's entries, a module's
+// state_dict, an optimizer's state.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
 struct SafetensorsFile {
   std::string path;  // where it was loaded from, for error messages
-  std::vector<std::pair<std::string, Tensor>> tensors;  // in header order
+  NamedTensors tensors;  // in header order
   std::map<std::string, std::string> metadata;
 
   bool contains(const std::string& name) const;
@@ -40,7 +44,7 @@ SafetensorsFile load_safetensors(const std::string& path);
 // padded with spaces to a multiple of 8 bytes.  The write is atomic: a
 // temporary file in the same folder is written, flushed to disk and renamed,
 // so a failed save leaves any existing file untouched.
-void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace headroom

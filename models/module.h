@@ -30,8 +30,6 @@
 
 namespace headroom {
 
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
-
 class Module {
  public:
   Module() = default;

@@ -22,11 +22,10 @@
 #include <vector>
 
 #include "headroom/autograd/grad_mode.h"
+#include "headroom/core/safetensors.h"
 #include "headroom/core/tensor.h"
 
 namespace headroom {
-
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Optimizer {
  public:

@@ -27,19 +27,28 @@ Shape check_pair(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 // out = op(a, b) with broadcasting.  Backward: the kernel's partial derivative
-// times g at the broadcast shape, summed back to each input's shape.
+// times g at the broadcast shape, summed back to each input's shape.  add and
+// sub are linear, their gradients are ±g: they save nothing and run no
+// derivative kernel.
 Tensor binary_op(const char* name, cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
   Shape shape = check_pair(name, a, b);
   check_floating(name, a);
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());  // [broadcast(a, b)]
   cpu::binary(op, a, b, out);
-  autograd::record(out, name, {a, b}, {a, b},
-                   [op](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+  const bool linear = op == cpu::BinaryOp::add || op == cpu::BinaryOp::sub;
+  const Shape shapes[2] = {a.shape(), b.shape()};
+  autograd::record(out, name, {a, b}, linear ? std::vector<Tensor>{} : std::vector<Tensor>{a, b},
+                   [op, linear, shapes](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      for (int i : {0, 1}) {
                        if (!grads.wants(i)) continue;
-                       Tensor full = Tensor::empty(g.shape(), g.dtype(), g.device());  // [broadcast]
-                       cpu::binary_grad(op, i, s[0], s[1], g, full);
-                       grads.add(i, sum_to_shape(full, s[i].shape()));
+                       Tensor full = g;  // [broadcast]
+                       if (!linear) {
+                         full = Tensor::empty(g.shape(), g.dtype(), g.device());
+                         cpu::binary_grad(op, i, s[0], s[1], g, full);
+                       } else if (i == 1 && op == cpu::BinaryOp::sub) {
+                         full = neg(g);
+                       }
+                       grads.add(i, sum_to_shape(full, shapes[i]));
                      }
                    });
   return out;
