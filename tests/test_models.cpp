@@ -40,9 +40,14 @@ Tensor rows(const std::vector<std::vector<int32_t>>& seqs) {
 // Trains `model` for `steps` on fresh batches; `batch` returns the task loss
 // and fills the layers' aux losses.  MAE layers are trained by block
 // coordinate descent (F and G blocks), the others by AdamW.  Returns the last
-// task loss.
+// task loss and the wall time.
+struct Learned {
+  double loss = 0, seconds = 0;
+};
+
 template <typename Batch>
-double train(Module& model, const ModelConfig& c, int steps, Batch&& batch) {
+Learned train(Module& model, const ModelConfig& c, int steps, Batch&& batch) {
+  const auto start = std::chrono::steady_clock::now();
   const int threads = num_threads();
   set_num_threads(1);  // the time limit is for one core
   auto mae_layers = collect_modules<MAEAttention>(model);
@@ -63,7 +68,14 @@ double train(Module& model, const ModelConfig& c, int steps, Batch&& batch) {
     last = task.item();
   }
   set_num_threads(threads);
-  return last;
+  return {last, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
+// Each learning check: below `threshold` within the steps, in under 30 s on one core.
+void expect_learned(const std::string& what, const Learned& r, double threshold) {
+  MESSAGE(what, ": loss ", r.loss, " in ", r.seconds, " s");
+  CHECK(r.loss < threshold);
+  CHECK(r.seconds < 30);
 }
 
 }  // namespace
@@ -113,12 +125,11 @@ TEST_CASE("cached decoding equals the full forward for every attention type") {
 TEST_CASE("learning: every attention type in a DecoderLM learns to copy a sequence") {
   for (const std::string type : kTypes) {
     CAPTURE(type);
-    const auto start = std::chrono::steady_clock::now();
     Generator gen(6);
     ModelConfig c = model_config(type);
     DecoderLM lm(c, gen);
     const int64_t L = 5, SEP = 0;
-    double loss = train(lm, c, 300, [&](std::vector<Tensor>& aux, int64_t& targets) {
+    Learned learned = train(lm, c, 300, [&](std::vector<Tensor>& aux, int64_t& targets) {
       // [x1..x5, SEP, x1..x4] -> predict x1..x5 after the separator (first half ignored)
       std::vector<std::vector<int32_t>> seqs = random_sequences(32, L, 9, gen), inputs, labels;
       for (const auto& s : seqs) {
@@ -133,23 +144,19 @@ TEST_CASE("learning: every attention type in a DecoderLM learns to copy a sequen
       targets = 32 * L;
       return cross_entropy(out.out, rows(labels));
     });
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MESSAGE(type, " DecoderLM copy: loss ", loss, " after 300 steps in ", seconds, " s");
-    CHECK(loss < 0.1);
-    CHECK(seconds < 30);
+    expect_learned(type + " DecoderLM copy after 300 steps", learned, 0.1);
   }
 }
 
 TEST_CASE("learning: every attention type in an EncoderDecoder learns to reverse a sequence") {
   for (const std::string type : kTypes) {
     CAPTURE(type);
-    const auto start = std::chrono::steady_clock::now();
     Generator gen(7);
     ModelConfig c = model_config(type);
     c.encoder_layers = c.decoder_layers = 1;
     EncoderDecoder model(c, gen);
     const int64_t L = 5, BOS = 0;
-    double loss = train(model, c, 300, [&](std::vector<Tensor>& aux, int64_t& targets) {
+    Learned learned = train(model, c, 300, [&](std::vector<Tensor>& aux, int64_t& targets) {
       std::vector<std::vector<int32_t>> src = random_sequences(32, L, 9, gen), tgt_in, tgt_out;
       for (const auto& s : src) {
         std::vector<int32_t> reversed(s.rbegin(), s.rend()), in{BOS};
@@ -163,17 +170,13 @@ TEST_CASE("learning: every attention type in an EncoderDecoder learns to reverse
       targets = 32 * L;
       return cross_entropy(decoded.out, rows(tgt_out));
     });
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MESSAGE(type, " EncoderDecoder reversal: loss ", loss, " after 300 steps in ", seconds, " s");
-    CHECK(loss < 0.1);
-    CHECK(seconds < 30);
+    expect_learned(type + " EncoderDecoder reversal after 300 steps", learned, 0.1);
   }
 }
 
 TEST_CASE("learning: every attention type in a ViT learns which quadrant is bright") {
   for (const std::string type : kTypes) {
     CAPTURE(type);
-    const auto start = std::chrono::steady_clock::now();
     Generator gen(9);
     ModelConfig c = model_config(type);
     c.image_size = 8, c.patch_size = 4, c.channels = 1, c.classes = 4, c.encoder_layers = 1;
@@ -191,7 +194,7 @@ TEST_CASE("learning: every attention type in a ViT learns which quadrant is brig
       labels = Tensor::from_vector(y);
       return images;
     };
-    double loss = train(vit, c, 150, [&](std::vector<Tensor>& aux, int64_t& targets) {
+    Learned learned = train(vit, c, 150, [&](std::vector<Tensor>& aux, int64_t& targets) {
       Tensor labels;
       Tensor images = batch(labels);
       ModelOutput out = vit.forward(images);
@@ -199,10 +202,7 @@ TEST_CASE("learning: every attention type in a ViT learns which quadrant is brig
       targets = 32;
       return cross_entropy(out.out, labels);
     });
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MESSAGE(type, " ViT quadrants: loss ", loss, " after 150 steps in ", seconds, " s");
-    CHECK(loss < 0.2);
-    CHECK(seconds < 30);
+    expect_learned(type + " ViT quadrants after 150 steps", learned, 0.2);
   }
 }
 
