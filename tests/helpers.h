@@ -3,7 +3,10 @@
 // and the largest difference (as llm.c's check_tensor does).
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -59,6 +62,24 @@ inline autograd::GradcheckResult gradcheck_attention(
       },
       inputs);
 }
+
+// A fresh, empty folder for one test, removed afterwards.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / ("headroom_" + name + "_" + std::to_string(getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add);
+    std::filesystem::remove_all(path);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  size_t count() const {
+    return std::distance(std::filesystem::directory_iterator(path), std::filesystem::directory_iterator());
+  }
+};
 
 }  // namespace headroom::testing
 

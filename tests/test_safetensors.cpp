@@ -13,25 +13,10 @@
 #include "helpers.h"
 
 using namespace headroom;
+using headroom::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh, empty folder for one test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / ("headroom_" + name + "_" + std::to_string(getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add);
-    fs::remove_all(path);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  size_t count() const { return std::distance(fs::directory_iterator(path), fs::directory_iterator()); }
-};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,0 +1,118 @@
+#pragma once
+// The training loop the three binaries share: AdamW with warm-up + cosine
+// decay and gradient clipping (or MAE's block coordinate descent with two
+// AdamW optimizers), periodic evaluation, a progress line, a JSONL log,
+// atomic checkpoints every N steps and on Ctrl-C, exact resume, and a stop
+// with a message on a NaN or infinite loss.
+//
+// A task owns the model and the data; the loop owns everything else:
+//
+//   struct MyTask : TrainTask { ... };       // step(), evaluate(), model()
+//   TrainOptions options;                    // or add_train_flags(flags, options)
+//   TrainResult result = train(task, options);
+//
+// Exact resume rests on three rules: a task's batch for step s is a pure
+// function of (seed, s) (no data cursor to save); every random draw of the
+// model (dropout, MoA noise, MAE's sampled experts) comes from the task's
+// model generator, whose state the checkpoint stores; the learning rate and
+// the BCD block are functions of the step.  So a run stopped at step s and
+// resumed computes the same steps s+1, ... as one that never stopped.
+//
+// A checkpoint (DIR/checkpoint.safetensors) holds the model's state_dict, the
+// optimizer state ("optim." entries; MAE's BCD: "expert.optim." and
+// "gate.optim."), and in the metadata the model config, the task's own
+// entries (e.g. its tokenizer), the step and the generator state.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "headroom/core/rng.h"
+#include "headroom/core/tensor.h"
+#include "headroom/examples/common/cli.h"
+#include "headroom/models/config.h"
+#include "headroom/models/module.h"
+
+namespace headroom::examples {
+
+struct TrainOptions {
+  int64_t steps = 1000;
+  int64_t warmup = 100;          // linear warm-up steps, then cosine decay to min_lr_ratio · lr
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;
+  double weight_decay = 0.01;    // AdamW, decoupled
+  double clip = 1.0;             // global gradient-norm clip (0: none)
+  double gate_lr = 0;            // MAE gate learning rate under BCD (0: same as lr)
+  int64_t bcd_warm = 0;          // MAE: plain-MHA updates before the first BCD block
+  int64_t bcd_f = 100;           // MAE: expert (F) updates per block
+  int64_t bcd_g = 100;           // MAE: gate (G) updates per block
+  bool mae_joint = false;        // MAE: joint training instead of BCD (the NoBCD ablation)
+  int64_t eval_every = 250;      // 0: only at the end
+  int64_t ckpt_every = 500;      // with --ckpt; also at the end and on Ctrl-C
+  int64_t log_every = 10;        // progress lines when stdout is not a terminal
+  std::string ckpt_dir;          // empty: no checkpoints
+  bool resume = false;           // continue from ckpt_dir/checkpoint.safetensors
+  bool eval_only = false;        // load the checkpoint, evaluate, stop
+  uint64_t seed = 1;
+  int threads = 0;               // 0: HEADROOM_NUM_THREADS or all cores
+  std::string device = "cpu";
+  bool quiet = false;            // no progress lines (compare runs many models)
+};
+
+// The flags every binary shares: --steps --warmup --lr --min-lr-ratio
+// --weight-decay --clip --gate-lr --eval-every --ckpt-every --log-every
+// --ckpt --resume --eval-only --seed --threads --device.
+void add_train_flags(Flags& flags, TrainOptions& options);
+
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+// What one training step's forward produced.
+struct StepOutput {
+  Tensor loss;        // scalar the loop differentiates (task loss + aux losses)
+  double task_loss;   // the task's own loss (nats per target), for logs
+  int64_t items;      // tokens or images in the batch, for throughput
+};
+
+class TrainTask {
+ public:
+  virtual ~TrainTask() = default;
+  virtual Module& model() = 0;
+  virtual const ModelConfig& config() const = 0;
+  // The generator behind every random draw of the model (see above).
+  virtual Generator& model_generator() = 0;
+  // Builds the batch of `step` (a pure function of the seed and the step)
+  // and runs the forward pass in training mode.
+  virtual StepOutput step(int64_t step) = 0;
+  // Validation metrics, "loss" first; called in eval mode under NoGradGuard.
+  virtual Metrics evaluate() = 0;
+  // Extra checkpoint metadata (e.g. the tokenizer) and its check on resume.
+  virtual StringMap metadata() const { return {}; }
+  virtual void check_metadata(const StringMap& metadata) const {}
+  virtual std::string unit() const = 0;  // "tok" or "img"
+};
+
+struct TrainResult {
+  int64_t first_step = 0, last_step = 0;   // steps run in this call: (first_step, last_step]
+  bool interrupted = false;                // stopped by Ctrl-C (a checkpoint was written when --ckpt)
+  Metrics eval;                            // the last evaluation
+  std::vector<double> train_loss;          // task loss of every step run in this call
+  double items_per_second = 0;             // training throughput of this call
+  double seconds = 0;
+  size_t peak_bytes = 0;                   // peak tensor memory during training
+};
+
+TrainResult train(TrainTask& task, const TrainOptions& options);
+
+// The checkpoint file of a run directory.
+std::string checkpoint_path(const std::string& ckpt_dir);
+
+// Loads a checkpoint's model weights into `model` and returns its metadata
+// (for --eval-only and generation from a trained model).
+StringMap load_model_checkpoint(Module& model, const std::string& ckpt_dir);
+
+// A config table (Markdown) of name/value rows, printed at the start of a run.
+std::string config_table(const std::vector<std::pair<std::string, std::string>>& rows);
+
+}  // namespace headroom::examples
