@@ -302,6 +302,7 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
 
 TrainResult train(TrainTask& task, const TrainOptions& o) {
   HEADROOM_CHECK(o.steps > 0, "[train] --steps must be positive, got ", o.steps);
+  HEADROOM_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[train] --warmup ", o.warmup, " must be below --steps ", o.steps);
   HEADROOM_CHECK(!(o.resume || o.eval_only) || !o.ckpt_dir.empty(), "[train] --resume and --eval-only need --ckpt DIR");
   HEADROOM_CHECK(o.device == "cpu", "[train] --device ", o.device,
                  " is not available: this build trains on the CPU (the CUDA backend is issue 5)");

@@ -1,0 +1,158 @@
+#include "headroom/examples/common/lm_task.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "headroom/examples/common/report.h"
+#include "headroom/examples/common/text_data.h"
+#include "headroom/examples/common/tokenizer.h"
+#include "headroom/autograd/grad_mode.h"
+#include "headroom/models/decoding.h"
+#include "headroom/models/stats.h"
+#include "headroom/ops/nn.h"
+
+namespace headroom::examples {
+
+namespace {
+
+class LmTask : public TrainTask {
+ public:
+  LmTask(const LmOptions& lm, const ModelConfig& config, uint64_t seed) : lm_(lm), config_(config), gen_(seed), seed_(seed) {
+    TextSplit split = split_text(read_text_file(lm.data), lm.valid_fraction);
+    train_ids_ = tokenizer_.encode(split.train);
+    valid_ids_ = tokenizer_.encode(split.valid);
+    HEADROOM_CHECK(int64_t(train_ids_.size()) > lm.context + 1 && int64_t(valid_ids_.size()) > lm.context + 1,
+                   "[train_lm] ", lm.data, " is too short for --context ", lm.context, ": ", train_ids_.size(),
+                   " training and ", valid_ids_.size(), " validation bytes");
+    config_.vocab = tokenizer_.vocab_size();
+    config_.encoder_layers = 0;
+    config_.max_len = std::max<int64_t>(config_.max_len, lm.context + lm.generate + 64);
+    model_ = std::make_shared<DecoderLM>(config_, gen_);
+  }
+
+  Module& model() override { return *model_; }
+  DecoderLM& lm_model() { return *model_; }
+  const ModelConfig& config() const override { return config_; }
+  Generator& model_generator() override { return gen_; }
+  std::string unit() const override { return "tok"; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+
+  StepOutput step(int64_t step) override {
+    Tensor windows = train_batch(step);  // [B, T + 1]
+    auto [loss, aux] = forward_loss(windows);
+    const int64_t tokens = lm_.batch * lm_.context;
+    return {training_loss(config_, loss, aux, tokens), loss.item(), tokens};
+  }
+
+  Metrics evaluate() override {
+    double nll_sum = 0;
+    int64_t tokens = 0;
+    for_each_valid_batch([&](const Tensor& windows) {
+      int64_t n = windows.size(0) * lm_.context;
+      nll_sum += forward_loss(windows).first.item() * double(n);
+      tokens += n;
+    });
+    double loss = nll_sum / double(tokens);
+    return {{"loss", loss}, {"bits_per_byte", loss / std::log(2.0)}, {"perplexity", std::exp(loss)}};
+  }
+
+  // Routing statistics of the validation windows (eval mode, no gradients).
+  RoutingRecorder routing_statistics() {
+    NoGradGuard no_grad;
+    model_->eval();
+    RoutingRecorder recorder;
+    for_each_valid_batch([&](const Tensor& windows) {
+      Tensor inputs = windows.narrow(1, 0, lm_.context).contiguous();
+      recorder.add(model_->forward(inputs).stats, inputs.reshape({-1}));
+    });
+    model_->train();
+    return recorder;
+  }
+
+ private:
+  // Mean next-byte loss of windows [N, T + 1] and the layers' aux losses.
+  std::pair<Tensor, std::vector<Tensor>> forward_loss(const Tensor& windows) {
+    Tensor inputs = windows.narrow(1, 0, lm_.context).contiguous();
+    Tensor targets = windows.narrow(1, 1, lm_.context).contiguous();
+    ModelOutput out = model_->forward(inputs);
+    Tensor loss = cross_entropy(out.out.reshape({-1, config_.vocab}), targets.reshape({-1}));
+    return {loss, out.aux_losses};
+  }
+
+  // B windows at offsets that are a pure function of (seed, step).
+  Tensor train_batch(int64_t step) const {
+    Generator offsets(seed_ ^ 0x5eed0ffULL);
+    offsets.set_state(offsets.seed(), uint64_t(step) * uint64_t(lm_.batch));
+    const int64_t span = lm_.context + 1, last_start = int64_t(train_ids_.size()) - span;
+    std::vector<int32_t> ids;
+    ids.reserve(size_t(lm_.batch * span));
+    for (int64_t b = 0; b < lm_.batch; ++b) {
+      int64_t start = offsets.next_int(last_start + 1);
+      ids.insert(ids.end(), train_ids_.begin() + start, train_ids_.begin() + start + span);
+    }
+    return Tensor::from_vector(ids, {lm_.batch, span});
+  }
+
+  // Consecutive validation windows (stride T), B at a time, up to eval_tokens.
+  template <typename Fn>
+  void for_each_valid_batch(Fn&& fn) const {
+    const int64_t span = lm_.context + 1;
+    int64_t windows = (int64_t(valid_ids_.size()) - 1) / lm_.context;
+    if (lm_.eval_tokens > 0) windows = std::max<int64_t>(1, std::min(windows, lm_.eval_tokens / lm_.context));
+    for (int64_t first = 0; first < windows; first += lm_.batch) {
+      int64_t n = std::min(lm_.batch, windows - first);
+      std::vector<int32_t> ids;
+      for (int64_t w = first; w < first + n; ++w)
+        ids.insert(ids.end(), valid_ids_.begin() + w * lm_.context, valid_ids_.begin() + w * lm_.context + span);
+      fn(Tensor::from_vector(ids, {n, span}));
+    }
+  }
+
+  LmOptions lm_;
+  ModelConfig config_;
+  Generator gen_;
+  uint64_t seed_;
+  Tokenizer tokenizer_;  // bytes
+  std::vector<int32_t> train_ids_, valid_ids_;
+  std::shared_ptr<DecoderLM> model_;
+};
+
+void print_sample(LmTask& task, const LmOptions& lm, uint64_t seed) {
+  std::vector<int32_t> prompt = task.tokenizer().encode(lm.prompt);
+  HEADROOM_CHECK(!prompt.empty(), "[train_lm] --prompt must not be empty");
+  Generator sampler(seed + 7);
+  GenerateOptions options;
+  options.max_new = lm.generate;
+  Generated out = sample(task.lm_model(), Tensor::from_vector(prompt, {1, int64_t(prompt.size())}), lm.temperature,
+                         lm.top_k, sampler, options);
+  std::printf("\n--- sample (temperature %g, top-k %lld) ---\n%s%s\n---\n", lm.temperature, (long long)lm.top_k,
+              lm.prompt.c_str(), task.tokenizer().decode(out.tokens[0]).c_str());
+}
+
+}  // namespace
+
+void add_lm_flags(Flags& flags, LmOptions& o) {
+  flags.add("data", &o.data, "UTF-8 text to train on (scripts/fetch-data writes the default)");
+  flags.add("valid-fraction", &o.valid_fraction, "held-out tail of the text for validation");
+  flags.add("context", &o.context, "sequence length T in bytes");
+  flags.add("batch", &o.batch, "sequences per step");
+  flags.add("eval-tokens", &o.eval_tokens, "validation bytes per evaluation (0: all)");
+  flags.add("generate", &o.generate, "bytes to sample from --prompt after training (0: none)");
+  flags.add("prompt", &o.prompt, "prompt for --generate");
+  flags.add("temperature", &o.temperature, "sampling temperature");
+  flags.add("top-k", &o.top_k, "sample among the k most likely bytes (0: all)");
+}
+
+RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const TrainOptions& o) {
+  HEADROOM_CHECK(lm.context > 0 && lm.batch > 0, "[train_lm] --context and --batch must be positive");
+  LmTask task(lm, model_options.config(), o.seed);
+  TrainResult result = train(task, o);
+  RunSummary summary = summarize("lm", task.config(), o, result, task.model().num_parameters(),
+                                 double(task.lm_model().forward_macs(lm.context)) / double(lm.context));
+  if (!o.ckpt_dir.empty() && task.config().attention.type != "mha")
+    write_routing_report(o.ckpt_dir, task.routing_statistics(), [&](int32_t id) { return task.tokenizer().describe_token(id); });
+  if (lm.generate > 0) print_sample(task, lm, o.seed);
+  return summary;
+}
+
+}  // namespace headroom::examples

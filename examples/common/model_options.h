@@ -1,0 +1,49 @@
+#pragma once
+// The model flags the training binaries share: the attention method and its
+// options, and the transformer's size.
+//
+//   ModelOptions m;                       // defaults: the small CPU models
+//   add_model_flags(flags, m);            // --attn --attn-opt --dim --heads --layers --ffn --dropout
+//   ModelConfig config = m.config();      // then set vocab / image fields per task
+//
+// --attn-opt takes the method's options as "key=value,key=value"; they are
+// checked by make_attention, so a misspelt option fails before training:
+//   mha  kv_heads, bias
+//   moa  experts, k, head_dim, w_switch, w_z, w_cv, noisy_gating, sample_topk, aux_normalisation
+//   moh  shared_heads, routed_k, scaling, router, load_balance, beta, kv_heads, bias
+//   mae  gate_input, gate_hidden, gate_activation, sample_per, inference, kv_heads, bias
+// (README "Models" gives the equations each option selects.)
+#include <cstdint>
+#include <string>
+
+#include "headroom/examples/common/cli.h"
+#include "headroom/models/config.h"
+
+namespace headroom::examples {
+
+struct ModelOptions {
+  std::string attn = "mha";
+  std::string attn_opt;  // "key=value,..."
+  int64_t dim = 128, heads = 8, layers = 4, ffn = 512;
+  double dropout = 0.1;
+  // The transformer part of a ModelConfig (pre-LN, GELU, sinusoidal positions,
+  // attention spec); layers go to encoder and decoder alike, the task keeps
+  // the stacks it uses.
+  ModelConfig config() const;
+};
+
+void add_model_flags(Flags& flags, ModelOptions& options);
+
+// "a=1,b=x" -> {a: 1, b: x}; throws UsageError on an entry without '='.
+StringMap parse_options(const std::string& text);
+
+// The share of attention heads that run for each token, against dense MHA
+// with config.heads heads: MoH (h_s + K_r) / h, MoA k · d_h / d (k experts
+// of width d_h), MHA and MAE (whose mixture runs every head) 1.
+double active_head_fraction(const ModelConfig& config);
+
+// Checks that the model's attention options are valid before any data is
+// loaded, by building one layer (make_attention reads and checks them all).
+void check_attention_options(const ModelConfig& config);
+
+}  // namespace headroom::examples

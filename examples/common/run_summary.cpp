@@ -1,0 +1,45 @@
+#include "headroom/examples/common/run_summary.h"
+
+#include <sstream>
+
+#include "headroom/examples/common/model_options.h"
+
+namespace headroom::examples {
+
+double RunSummary::metric(const std::string& name) const {
+  for (const auto& [key, value] : eval)
+    if (key == name) return value;
+  HEADROOM_FAIL("[RunSummary] the ", task, " run has no metric '", name, "'");
+}
+
+RunSummary summarize(const std::string& task, const ModelConfig& config, const TrainOptions& options,
+                     const TrainResult& result, int64_t parameters, double macs_per_item) {
+  RunSummary s;
+  s.task = task;
+  s.attention = config.attention.type;
+  for (const auto& [key, value] : config.attention.options)
+    s.options += (s.options.empty() ? "" : ",") + key + "=" + value;
+  s.seed = options.seed;
+  s.eval = result.eval;
+  s.parameters = parameters;
+  s.macs_per_item = macs_per_item;
+  s.active_heads = active_head_fraction(config);
+  s.items_per_second = result.items_per_second;
+  s.peak_bytes = result.peak_bytes;
+  s.seconds = result.seconds;
+  s.steps = result.last_step;
+  return s;
+}
+
+std::string describe(const RunSummary& s) {
+  std::ostringstream out;
+  out << "final (" << s.task << ", " << s.attention << (s.options.empty() ? "" : " " + s.options) << ", step "
+      << s.steps << "):";
+  for (const auto& [name, value] : s.eval) out << " " << name << " " << value;
+  out << "\nparameters " << s.parameters << " | MACs/" << (s.task == "vit" ? "image " : "token ") << s.macs_per_item
+      << " | active heads " << 100 * s.active_heads << "% | " << s.items_per_second
+      << (s.task == "vit" ? " img/s" : " tok/s") << " | peak memory " << double(s.peak_bytes) / (1 << 20) << " MiB\n";
+  return out.str();
+}
+
+}  // namespace headroom::examples

@@ -1,0 +1,36 @@
+#pragma once
+// What one training run reports, for the binaries' final lines and the
+// compare driver's table.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "headroom/examples/common/trainer.h"
+#include "headroom/models/config.h"
+
+namespace headroom::examples {
+
+struct RunSummary {
+  std::string task;       // "lm", "mt", "vit"
+  std::string attention;  // config.attention.type
+  std::string options;    // the attention options, "key=value,..."
+  uint64_t seed = 0;
+  Metrics eval;           // the final evaluation, quality metric(s) first
+  int64_t parameters = 0;
+  double macs_per_item = 0;   // forward MACs per token (per image for vit)
+  double active_heads = 1;    // active_head_fraction
+  double items_per_second = 0;
+  size_t peak_bytes = 0;
+  double seconds = 0;
+  int64_t steps = 0;
+  double metric(const std::string& name) const;  // throws when absent
+};
+
+// The summary of a finished train() call.
+RunSummary summarize(const std::string& task, const ModelConfig& config, const TrainOptions& options,
+                     const TrainResult& result, int64_t parameters, double macs_per_item);
+
+// Human-readable lines: the final metrics, size, speed and memory.
+std::string describe(const RunSummary& summary);
+
+}  // namespace headroom::examples

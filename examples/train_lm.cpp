@@ -1,0 +1,32 @@
+// train_lm: a byte-level decoder-only language model with MHA, MoA, MoH or
+// MAE attention.  Default data: Debian's fortunes (scripts/fetch-data).
+//
+//   train_lm --attn moh --attn-opt shared_heads=2,routed_k=4 --steps 2000 --ckpt runs/lm-moh
+//   train_lm --ckpt runs/lm-moh --resume            # continue after Ctrl-C
+//   train_lm --ckpt runs/lm-moh --eval-only --generate 300
+#include <cstdio>
+
+#include "headroom/core/threading.h"
+#include "headroom/examples/common/lm_task.h"
+
+using namespace headroom;
+using namespace headroom::examples;
+
+int main(int argc, char** argv) {
+  LmOptions lm;
+  ModelOptions model;
+  TrainOptions train_options;
+  train_options.steps = 2000, train_options.warmup = 100, train_options.lr = 2e-3, train_options.ckpt_dir = "runs/lm";
+  Flags flags("train_lm", "a byte-level language model (MHA, MoA, MoH or MAE attention)");
+  add_lm_flags(flags, lm);
+  add_model_flags(flags, model);
+  add_train_flags(flags, train_options);
+  return run_main(flags, [&] {
+    if (!flags.parse(argc, argv)) return 0;
+    if (train_options.threads > 0) set_num_threads(train_options.threads);
+    std::printf("%s\n", config_table(flags.values()).c_str());
+    RunSummary summary = run_lm(lm, model, train_options);
+    std::printf("%s", describe(summary).c_str());
+    return 0;
+  });
+}
