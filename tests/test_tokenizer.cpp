@@ -97,7 +97,7 @@ TEST_CASE("Tokenizer merges stay inside pieces: a space leads a word, punctuatio
 TEST_CASE("Tokenizer merges reduce the token count of repetitive text") {
   Tokenizer bpe = Tokenizer::learn(corpus(), 100);
   std::string text = corpus()[0] + " " + corpus()[1];
-  CHECK(bpe.encode(text).size() * 4 < text.size());
+  CHECK(bpe.encode(text).size() * 3 < text.size());
   CHECK(Tokenizer().encode(text).size() == text.size());
 }
 
