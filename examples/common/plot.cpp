@@ -274,6 +274,17 @@ void draw_legend(Canvas& canvas, const Rect& area, const std::vector<std::string
   }
 }
 
+// What every chart ends with: the frame over the data, the legend (when there
+// are names), the title and axis labels; then the file.  Returns the area.
+Rect finish(Canvas& canvas, const Rect& area, const Frame& frame, const std::vector<std::string>& legend,
+            const std::string& path) {
+  draw_box(canvas, area);
+  if (!legend.empty()) draw_legend(canvas, area, legend);
+  draw_labels(canvas, area, frame);
+  canvas.save(path);
+  return area;
+}
+
 // The pixel box [x0, x1) x [y0, y1) spanned by two possibly unordered corners.
 Rect span(double x0, double y0, double x1, double y1) {
   return {static_cast<int>(std::lround(std::min(x0, x1))), static_cast<int>(std::lround(std::min(y0, y1))),
@@ -427,11 +438,7 @@ Rect plot_lines(const std::string& path, const LineChart& chart) {
       if (markers || isolated) canvas.line(px(i), py(i), px(i), py(i), palette_color(s), 3 * kLineWidth);
     }
   }
-  draw_box(canvas, area);
-  draw_legend(canvas, area, names);
-  draw_labels(canvas, area, frame);
-  canvas.save(path);
-  return area;
+  return finish(canvas, area, frame, names, path);
 }
 
 // ---- Bar chart --------------------------------------------------------------
@@ -477,11 +484,7 @@ Rect plot_bars(const std::string& path, const BarChart& chart) {
   }
   if (lo < 0) canvas.fill_rect(span(area.left, zero, area.right - 1, zero), kInk);  // the zero line
   draw_x_labels(canvas, area, centres, chart.categories);
-  draw_box(canvas, area);
-  if (legend) draw_legend(canvas, area, names);
-  draw_labels(canvas, area, frame);
-  canvas.save(path);
-  return area;
+  return finish(canvas, area, frame, legend ? names : std::vector<std::string>(), path);
 }
 
 // ---- Histograms -------------------------------------------------------------
@@ -549,11 +552,7 @@ Rect plot_histograms(const std::string& path, const HistogramChart& chart) {
       if (right > 0) canvas.line(bin_x(b), bar_y(right), bin_x(b + 1), bar_y(right), color, kLineWidth);
     }
   }
-  draw_box(canvas, area);
-  draw_legend(canvas, area, names);
-  draw_labels(canvas, area, frame);
-  canvas.save(path);
-  return area;
+  return finish(canvas, area, frame, names, path);
 }
 
 // ---- Heat map ---------------------------------------------------------------
@@ -603,7 +602,6 @@ Rect plot_heatmap(const std::string& path, const Heatmap& chart) {
     }
   draw_row_labels(canvas, area, chart.rows);
   draw_x_labels(canvas, area, centres, chart.cols);
-  draw_box(canvas, area);
 
   // The colour bar: the colour map from hi (top) to lo (bottom), labelled at both ends.
   const Rect bar{area.right + 2 * kGap, area.top, area.right + 2 * kGap + bar_width, area.bottom};
@@ -612,9 +610,7 @@ Rect plot_heatmap(const std::string& path, const Heatmap& chart) {
   draw_box(canvas, bar);
   canvas.text(bar.right + kGap / 2, bar.top, hi_text, kInk, kTextScale);
   canvas.text(bar.right + kGap / 2, bar.bottom - Canvas::text_height(kTextScale), lo_text, kInk, kTextScale);
-  draw_labels(canvas, area, frame);
-  canvas.save(path);
-  return area;
+  return finish(canvas, area, frame, {}, path);
 }
 
 // ---- Markdown ---------------------------------------------------------------
