@@ -1,11 +1,12 @@
 #include "headroom/core/image.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include "headroom/core/atomic_file.h"
 
 // The only translation unit that sees stb's implementation.  STB_*_STATIC
 // gives every stb function internal linkage (stb issues #917 and #1429);
@@ -52,10 +53,14 @@ void save_png(const std::string& path, const Tensor& image) {
   std::vector<unsigned char> bytes(values.size());
   for (size_t i = 0; i < values.size(); ++i)
     bytes[i] = static_cast<unsigned char>(std::lround(std::clamp(values[i], 0.0, 1.0) * 255.0));  // NaN -> 0
-  errno = 0;
-  int ok = stbi_write_png(path.c_str(), width, height, channels, bytes.data(), width * channels);
-  HEADROOM_CHECK(ok != 0, "[save_png] cannot write ", path, ": ",
-                 errno != 0 ? std::strerror(errno) : "stbi_write_png failed");
+  // Encoded in memory, then written atomically: a failed write never leaves a half PNG behind.
+  std::string png;
+  auto append = [](void* context, void* data, int size) {
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+  };
+  int ok = stbi_write_png_to_func(append, &png, width, height, channels, bytes.data(), width * channels);
+  HEADROOM_CHECK(ok != 0, "[save_png] stbi_write_png_to_func failed to encode ", path);
+  write_file_atomically(path, png, "save_png");
 }
 
 namespace {

@@ -19,6 +19,7 @@ Tensor load_image(const std::string& path, int channels = 0);
 
 // Writes an 8-bit PNG from f32 or f64 [H, W, C] (C = 1..4) or [H, W] (grey);
 // values are clamped to [0, 1] and rounded to the nearest of 256 levels.
+// The file is written atomically: readers never see a half-written PNG.
 void save_png(const std::string& path, const Tensor& image);
 
 // Bilinear resize of [H, W, C] or [H, W] (f32 or f64) to height x width, with

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "headroom/core/image.h"
@@ -45,6 +46,17 @@ TEST_CASE("image: grey [H, W] images, channel conversion and clamping") {
   std::remove(path.c_str());
 }
 
+TEST_CASE("image: save_png replaces a file whole and leaves no temporary file behind") {
+  const std::filesystem::path folder = temp_file("png_folder");
+  std::filesystem::create_directories(folder);
+  const std::string path = (folder / "picture.png").string();
+  save_png(path, Tensor::zeros({3, 4, 3}));
+  save_png(path, Tensor::ones({5, 2, 3}));  // over the old file
+  CHECK(load_image(path).shape() == Shape{5, 2, 3});
+  CHECK(std::distance(std::filesystem::directory_iterator(folder), std::filesystem::directory_iterator()) == 1);
+  std::filesystem::remove_all(folder);
+}
+
 TEST_CASE("image: load and save errors name the path and the reason") {
   const std::string missing = temp_file("does_not_exist.png");
   CHECK_THROWS_HEADROOM(load_image(missing), ("cannot load " + missing + ": can't fopen").c_str());
@@ -54,7 +66,7 @@ TEST_CASE("image: load and save errors name the path and the reason") {
   std::remove(text.c_str());
   CHECK_THROWS_HEADROOM(load_image(missing, 5), "channels must be 0 (as in the file) or 1..4, got 5");
   CHECK_THROWS_HEADROOM(save_png("/nonexistent_folder/x.png", Tensor::zeros({2, 2})),
-                        "cannot write /nonexistent_folder/x.png: No such file or directory");
+                        "cannot create the temporary file /nonexistent_folder/x.png.tmp.");
   CHECK_THROWS_HEADROOM(save_png(temp_file("bad.png"), Tensor::zeros({2, 2, 5})), "with C = 1..4, got (2,2,5)");
   CHECK_THROWS_HEADROOM(save_png(temp_file("bad.png"), Tensor::zeros({2, 2}, DType::i32)), "expected image of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(save_png(temp_file("bad.png"), Tensor::zeros({0, 2})), "is empty");
