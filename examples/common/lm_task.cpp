@@ -149,8 +149,12 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
   TrainResult result = train(task, o);
   RunSummary summary = summarize("lm", task.config(), o, result, task.model().num_parameters(),
                                  double(task.lm_model().forward_macs(lm.context)) / double(lm.context));
-  if (!o.ckpt_dir.empty() && task.config().attention.type != "mha")
-    write_routing_report(o.ckpt_dir, task.routing_statistics(), [&](int32_t id) { return task.tokenizer().describe_token(id); });
+  if (!o.ckpt_dir.empty() && !o.eval_only) {
+    write_curve_plots(o.ckpt_dir, "bits_per_byte");
+    if (task.config().attention.type != "mha")
+      write_routing_report(o.ckpt_dir, task.routing_statistics(), shared_head_count(task.config()),
+                           [&](int32_t id) { return task.tokenizer().describe_token(id); });
+  }
   if (lm.generate > 0) print_sample(task, lm, o.seed);
   return summary;
 }

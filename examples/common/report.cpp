@@ -1,12 +1,192 @@
 #include "headroom/examples/common/report.h"
 
+#include <cstdio>
+#include <filesystem>
+
+#include "headroom/core/atomic_file.h"
+#include "headroom/examples/common/plot.h"
+#include "headroom/examples/common/progress.h"
+#include "headroom/models/moh.h"
+
 namespace headroom::examples {
 
-void write_routing_report(const std::string& run_dir, const RoutingRecorder& recorder,
+namespace {
+
+double field(const std::vector<std::pair<std::string, double>>& row, const std::string& name) {
+  for (const auto& [key, value] : row)
+    if (key == name) return value;
+  return NAN;
+}
+
+// (x, y) of `name` over the log rows that have it.
+LineSeries series_of(const std::string& label, const std::vector<std::vector<std::pair<std::string, double>>>& rows,
+                     const std::string& name) {
+  LineSeries s{label, {}, {}};
+  for (const auto& row : rows) {
+    double value = field(row, name);
+    if (std::isfinite(value)) s.x.push_back(field(row, "step")), s.y.push_back(value);
+  }
+  return s;
+}
+
+LineSeries moving_average(const LineSeries& raw, size_t window) {
+  LineSeries smooth{raw.name + " (" + std::to_string(window) + "-step mean)", raw.x, {}};
+  double sum = 0;
+  for (size_t i = 0; i < raw.y.size(); ++i) {
+    sum += raw.y[i] - (i >= window ? raw.y[i - window] : 0.0);
+    smooth.y.push_back(sum / double(std::min(i + 1, window)));
+  }
+  return smooth;
+}
+
+// Density of (layer, e); MoH's shared heads count as always active.
+double density(const RoutingRecorder& recorder, int64_t layer, int64_t e, int64_t shared_heads) {
+  return e < shared_heads ? 1.0 : recorder.density(layer, e);
+}
+
+std::vector<int64_t> routed_layers(const RoutingRecorder& recorder) {
+  std::vector<int64_t> layers;
+  for (int64_t l = 0; l < recorder.layers(); ++l)
+    if (recorder.experts(l) > 0) layers.push_back(l);
+  return layers;
+}
+
+std::vector<std::string> expert_names(int64_t experts) {
+  std::vector<std::string> names;
+  for (int64_t e = 0; e < experts; ++e) names.push_back(std::to_string(e));
+  return names;
+}
+
+void plot_load(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads) {
+  std::vector<int64_t> layers = routed_layers(recorder);
+  const int64_t experts = recorder.experts(layers.front());
+  BarChart bars;
+  bars.title = "head / expert density per layer (share of tokens that use it)";
+  bars.x_label = "head / expert", bars.y_label = "density";
+  bars.categories = expert_names(experts);
+  Heatmap heat;
+  heat.title = "density: layer x head / expert";
+  heat.row_label = "layer", heat.col_label = "head / expert";
+  heat.cols = bars.categories;
+  for (int64_t l : layers) {
+    BarGroup group{"layer " + std::to_string(l), {}};
+    for (int64_t e = 0; e < experts; ++e) group.values.push_back(density(recorder, l, e, shared_heads));
+    heat.rows.push_back(std::to_string(l));
+    heat.values.push_back(group.values);
+    bars.groups.push_back(std::move(group));
+  }
+  plot_bars(run_dir + "/load.png", bars);
+  plot_heatmap(run_dir + "/load_heatmap.png", heat);
+}
+
+// Gate histograms summed over layers: shared vs routed heads (MoH), or all.
+void plot_gates(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads) {
+  std::vector<int64_t> layers = routed_layers(recorder);
+  const size_t bins = recorder.histogram(layers.front(), 0).size();
+  std::vector<double> shared(bins, 0), routed(bins, 0);
+  double max_gate = 0;
+  for (int64_t l : layers) {
+    max_gate = std::max(max_gate, recorder.max_gate(l));
+    for (int64_t e = 0; e < recorder.experts(l); ++e) {
+      std::vector<int64_t> h = recorder.histogram(l, e);
+      for (size_t b = 0; b < bins; ++b) (e < shared_heads ? shared : routed)[b] += double(h[b]);
+    }
+  }
+  BarChart chart;
+  chart.title = "gate values (fraction of gates per bin, all layers)";
+  chart.x_label = "gate value (bin lower edge)", chart.y_label = "fraction";
+  for (size_t b = 0; b < bins; ++b) {
+    char edge[16];
+    std::snprintf(edge, sizeof edge, "%.2g", max_gate * double(b) / double(bins));
+    chart.categories.push_back(edge);
+  }
+  auto fractions = [](std::vector<double> counts) {
+    double total = 0;
+    for (double c : counts) total += c;
+    for (double& c : counts) c = total > 0 ? c / total : 0;
+    return counts;
+  };
+  if (shared_heads > 0) chart.groups.push_back({"shared heads", fractions(shared)});
+  chart.groups.push_back({shared_heads > 0 ? "routed heads" : "heads / experts", fractions(routed)});
+  plot_bars(run_dir + "/gates.png", chart);
+}
+
+void write_pmi_table(const std::string& run_dir, const RoutingRecorder& recorder,
+                     const std::function<std::string(int32_t)>& token_name) {
+  std::vector<std::vector<std::string>> rows;
+  for (int64_t l : routed_layers(recorder))
+    for (int64_t e = 0; e < recorder.experts(l); ++e) {
+      std::string tokens;
+      for (const auto& [token, pmi] : recorder.top_pmi(l, e, 8, 5)) {
+        char score[16];
+        std::snprintf(score, sizeof score, " (%.2f)", pmi);
+        tokens += (tokens.empty() ? "" : ", ") + token_name(token) + score;
+      }
+      rows.push_back({std::to_string(l), std::to_string(e), std::to_string(recorder.count(l, e)), tokens});
+    }
+  write_file_atomically(run_dir + "/pmi.md", markdown_table({"layer", "expert", "assignments", "top tokens by PMI"}, rows),
+                        "report");
+}
+
+}  // namespace
+
+void write_curve_plots(const std::string& run_dir, const std::string& metric) {
+  const std::string log = run_dir + "/log.jsonl";
+  if (!std::filesystem::exists(log)) return;
+  auto train_rows = read_jsonl_numbers(log, "train"), eval_rows = read_jsonl_numbers(log, "eval");
+  if (train_rows.empty()) return;
+  LineChart loss;
+  loss.title = "loss", loss.x_label = "step", loss.y_label = "loss (nats)";
+  LineSeries train = series_of("train", train_rows, "loss");
+  loss.series = {train, moving_average(train, 50), series_of("validation", eval_rows, "loss")};
+  if (loss.series.back().x.empty()) loss.series.pop_back();
+  plot_lines(run_dir + "/loss.png", loss);
+  LineSeries quality = series_of(metric, eval_rows, metric);
+  if (quality.x.empty()) return;
+  LineChart chart;
+  chart.title = "validation " + metric, chart.x_label = "step", chart.y_label = metric;
+  chart.series = {quality};
+  plot_lines(run_dir + "/eval.png", chart);
+}
+
+int64_t shared_head_count(const ModelConfig& config) {
+  if (config.attention.type != "moh") return 0;
+  Generator scratch(0);
+  auto layer = std::dynamic_pointer_cast<MoHAttention>(make_attention(config, 0, AttentionRole::encoder_self, scratch));
+  return layer ? layer->moh_config.shared_heads : 0;
+}
+
+void write_routing_report(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads,
                           const std::function<std::string(int32_t)>& token_name) {
-  if (recorder.layers() == 0) return;
+  if (routed_layers(recorder).empty()) return;
   recorder.write_json(run_dir + "/routing.json");
   recorder.write_csv(run_dir + "/routing.csv");
+  plot_load(run_dir, recorder, shared_heads);
+  plot_gates(run_dir, recorder, shared_heads);
+  write_pmi_table(run_dir, recorder, token_name);
+}
+
+void write_class_routing_report(const std::string& run_dir, const std::vector<RoutingRecorder>& per_class,
+                                const std::vector<std::string>& class_names, int64_t shared_heads) {
+  if (per_class.empty() || routed_layers(per_class.front()).empty()) return;
+  std::string csv = "class,layer,expert,density\n";
+  for (size_t c = 0; c < per_class.size(); ++c)
+    for (int64_t l : routed_layers(per_class[c]))
+      for (int64_t e = 0; e < per_class[c].experts(l); ++e)
+        csv += class_names[c] + "," + std::to_string(l) + "," + std::to_string(e) + "," +
+               std::to_string(density(per_class[c], l, e, shared_heads)) + "\n";
+  write_file_atomically(run_dir + "/routing_by_class.csv", csv, "report");
+  const int64_t last = routed_layers(per_class.front()).back();
+  BarChart chart;
+  chart.title = "density per head, layer " + std::to_string(last) + ", by class";
+  chart.x_label = "head / expert", chart.y_label = "density";
+  chart.categories = expert_names(per_class.front().experts(last));
+  for (size_t c = 0; c < per_class.size(); ++c) {
+    BarGroup group{class_names[c], {}};
+    for (int64_t e = 0; e < per_class[c].experts(last); ++e) group.values.push_back(density(per_class[c], last, e, shared_heads));
+    chart.groups.push_back(std::move(group));
+  }
+  plot_bars(run_dir + "/load_by_class.png", chart);
 }
 
 }  // namespace headroom::examples

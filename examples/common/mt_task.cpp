@@ -1,0 +1,273 @@
+#include "headroom/examples/common/mt_task.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/atomic_file.h"
+#include "headroom/examples/common/bleu.h"
+#include "headroom/examples/common/parallel_data.h"
+#include "headroom/examples/common/report.h"
+#include "headroom/examples/common/tokenizer.h"
+#include "headroom/models/decoding.h"
+#include "headroom/models/stats.h"
+#include "headroom/ops/nn.h"
+
+namespace headroom::examples {
+
+namespace {
+
+using TokenPairs = std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>>;
+
+// Rows of different lengths -> ids i32 [B, L] and padding b8 [B, L] (1 = pad).
+std::pair<Tensor, Tensor> pad_rows(const std::vector<std::vector<int32_t>>& rows) {
+  size_t longest = 0;
+  for (const auto& row : rows) longest = std::max(longest, row.size());
+  std::vector<int32_t> ids(rows.size() * longest, Tokenizer::kPad);
+  std::vector<uint8_t> padding(rows.size() * longest, 1);
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (size_t t = 0; t < rows[r].size(); ++t) ids[r * longest + t] = rows[r][t], padding[r * longest + t] = 0;
+  Shape shape{int64_t(rows.size()), int64_t(longest)};
+  return {Tensor::from_vector(ids, shape), Tensor::from_vector(padding, shape)};
+}
+
+SentencePairs load_pairs(const MtOptions& mt) {
+  HEADROOM_CHECK(std::filesystem::exists(mt.data), "[train_mt] ", mt.data,
+                 " does not exist; run scripts/fetch-data for the default corpus or pass --data FILE.tsv");
+  SentencePairs raw = std::filesystem::is_directory(mt.data) ? read_mo_dir(mt.data) : read_tsv(mt.data);
+  return clean_pairs(raw, size_t(mt.max_bytes));
+}
+
+class MtTask : public TrainTask {
+ public:
+  MtTask(const MtOptions& mt, const ModelConfig& config, uint64_t seed) : mt_(mt), config_(config), gen_(seed), seed_(seed) {
+    split_ = split_pairs(load_pairs(mt), size_t(mt.valid_pairs), size_t(mt.test_pairs));
+    tokenizer_ = learn_tokenizer(split_.train, mt.bpe_merges);
+    train_ = encode(split_.train);
+    valid_ = encode(split_.valid);
+    HEADROOM_CHECK(!train_.empty() && !valid_.empty(), "[train_mt] ", mt.data, " left ", train_.size(),
+                   " training and ", valid_.size(), " validation pairs after cleaning; need some of each");
+    config_.vocab = tokenizer_.vocab_size();
+    config_.max_len = std::max<int64_t>(config_.max_len, 2 * mt.max_tokens + 16);
+    model_ = std::make_shared<EncoderDecoder>(config_, gen_);
+  }
+
+  Module& model() override { return *model_; }
+  EncoderDecoder& seq2seq() { return *model_; }
+  const ModelConfig& config() const override { return config_; }
+  Generator& model_generator() override { return gen_; }
+  std::string unit() const override { return "tok"; }
+  StringMap metadata() const override { return {{"tokenizer", tokenizer_.to_text()}}; }
+  void check_metadata(const StringMap& metadata) const override {
+    auto saved = metadata.find("tokenizer");
+    HEADROOM_CHECK(saved != metadata.end() && saved->second == tokenizer_.to_text(),
+                   "[train_mt] the checkpoint's tokenizer differs from the one learned on ", mt_.data,
+                   " (different data or --bpe-merges?)");
+  }
+  const ParallelSplit& split() const { return split_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+
+  StepOutput step(int64_t step) override {
+    Generator picks(seed_ ^ 0x3a7a5e7ULL);
+    picks.set_state(picks.seed(), uint64_t(step) * uint64_t(mt_.batch));
+    TokenPairs batch;
+    for (int64_t b = 0; b < mt_.batch; ++b) batch.push_back(train_[size_t(picks.next_int(int64_t(train_.size())))]);
+    Forward f = forward(batch, mt_.label_smoothing);
+    return {training_loss(config_, f.loss, f.aux, f.target_tokens), f.loss.item(), f.target_tokens};
+  }
+
+  Metrics evaluate() override {
+    double nll = 0;
+    int64_t tokens = 0;
+    const size_t pairs = std::min(valid_.size(), size_t(mt_.eval_pairs));
+    for (size_t first = 0; first < pairs; first += size_t(mt_.batch)) {
+      TokenPairs batch(valid_.begin() + first, valid_.begin() + std::min(pairs, first + size_t(mt_.batch)));
+      Forward f = forward(batch, 0.0);
+      nll += f.loss.item() * double(f.target_tokens);
+      tokens += f.target_tokens;
+    }
+    const double loss = nll / double(tokens);
+    const size_t sentences = std::min(split_.valid.size(), size_t(mt_.bleu_sentences));
+    SentencePairs scored(split_.valid.begin(), split_.valid.begin() + sentences);
+    return {{"loss", loss}, {"bleu", bleu_of(translate(sources(scored)), scored).score}, {"perplexity", std::exp(loss)}};
+  }
+
+  // Translations of `texts`, batch by batch (eval mode, no gradients).
+  std::vector<std::string> translate(const std::vector<std::string>& texts) {
+    std::vector<std::string> out;
+    for (size_t first = 0; first < texts.size(); first += size_t(mt_.batch)) {
+      std::vector<std::vector<int32_t>> rows;
+      int64_t longest = 0;
+      for (size_t i = first; i < std::min(texts.size(), first + size_t(mt_.batch)); ++i) {
+        rows.push_back(source_ids(texts[i]));
+        longest = std::max<int64_t>(longest, int64_t(rows.back().size()));
+      }
+      auto [src, padding] = pad_rows(rows);
+      Tensor prefix = Tensor::full({int64_t(rows.size()), 1}, Tokenizer::kBos, DType::i32);
+      GenerateOptions options;
+      options.max_new = std::min<int64_t>(2 * longest + 10, config_.max_len - 1);
+      options.eos = Tokenizer::kEos;
+      Generated generated = mt_.beam > 1
+                                ? beam_search(*model_, {src, padding}, prefix, mt_.beam, mt_.length_penalty, options)
+                                : greedy(*model_, {src, padding}, prefix, options);
+      for (const auto& ids : generated.tokens) out.push_back(tokenizer_.decode(ids));
+    }
+    return out;
+  }
+
+  // Routing statistics of the encoder's self-attention over validation sources.
+  RoutingRecorder routing_statistics() {
+    NoGradGuard no_grad;
+    model_->eval();
+    RoutingRecorder recorder;
+    const size_t pairs = std::min(valid_.size(), size_t(mt_.eval_pairs));
+    for (size_t first = 0; first < pairs; first += size_t(mt_.batch)) {
+      std::vector<std::vector<int32_t>> rows;
+      for (size_t i = first; i < std::min(pairs, first + size_t(mt_.batch)); ++i) rows.push_back(valid_[i].first);
+      auto [src, padding] = pad_rows(rows);
+      recorder.add(model_->encode(src, padding).stats, src.reshape({-1}), logical_not(padding).reshape({-1}));
+    }
+    model_->train();
+    return recorder;
+  }
+
+  static std::vector<std::string> sources(const SentencePairs& pairs) {
+    std::vector<std::string> out;
+    for (const auto& pair : pairs) out.push_back(pair.first);
+    return out;
+  }
+
+  static BleuScore bleu_of(const std::vector<std::string>& hypotheses, const SentencePairs& pairs) {
+    std::vector<std::string> references;
+    for (const auto& pair : pairs) references.push_back(pair.second);
+    return corpus_bleu(hypotheses, references);
+  }
+
+ private:
+  struct Forward {
+    Tensor loss;
+    std::vector<Tensor> aux;
+    int64_t target_tokens;
+  };
+
+  // Teacher-forced loss of a batch (mean over target tokens, padding ignored).
+  Forward forward(const TokenPairs& batch, double label_smoothing) {
+    std::vector<std::vector<int32_t>> src_rows, in_rows, out_rows;
+    int64_t target_tokens = 0;
+    for (const auto& [src, tgt] : batch) {
+      src_rows.push_back(src);
+      in_rows.push_back(tgt);
+      in_rows.back().insert(in_rows.back().begin(), Tokenizer::kBos);
+      out_rows.push_back(tgt);
+      out_rows.back().push_back(Tokenizer::kEos);
+      target_tokens += int64_t(out_rows.back().size());
+    }
+    auto [src, src_padding] = pad_rows(src_rows);
+    auto [tgt_in, tgt_padding] = pad_rows(in_rows);
+    Tensor targets = pad_rows(out_rows).first;
+    ModelOutput encoded = model_->encode(src, src_padding);
+    ModelOutput decoded = model_->decode(tgt_in, encoded.out, src_padding, tgt_padding);
+    CrossEntropyOptions ce;
+    ce.ignore_index = Tokenizer::kPad;
+    ce.label_smoothing = label_smoothing;
+    Tensor loss = cross_entropy(decoded.out.reshape({-1, config_.vocab}), targets.reshape({-1}), ce);
+    std::vector<Tensor> aux = encoded.aux_losses;
+    aux.insert(aux.end(), decoded.aux_losses.begin(), decoded.aux_losses.end());
+    return {loss, aux, target_tokens};
+  }
+
+  std::vector<int32_t> source_ids(const std::string& text) const {
+    std::vector<int32_t> ids = tokenizer_.encode(text);
+    if (int64_t(ids.size()) > mt_.max_tokens) ids.resize(size_t(mt_.max_tokens));
+    ids.push_back(Tokenizer::kEos);
+    return ids;
+  }
+
+  // Token pairs of the pairs whose sides fit max_tokens.
+  TokenPairs encode(const SentencePairs& pairs) const {
+    TokenPairs out;
+    for (const auto& [source, target] : pairs) {
+      std::vector<int32_t> src = tokenizer_.encode(source), tgt = tokenizer_.encode(target);
+      if (int64_t(src.size()) > mt_.max_tokens || int64_t(tgt.size()) > mt_.max_tokens) continue;
+      src.push_back(Tokenizer::kEos);
+      out.emplace_back(std::move(src), std::move(tgt));
+    }
+    return out;
+  }
+
+  static Tokenizer learn_tokenizer(const SentencePairs& pairs, int64_t merges) {
+    if (merges == 0) return Tokenizer();
+    std::vector<std::string> texts;
+    for (const auto& [source, target] : pairs) texts.push_back(source), texts.push_back(target);
+    return Tokenizer::learn(texts, merges);
+  }
+
+  MtOptions mt_;
+  ModelConfig config_;
+  Generator gen_;
+  uint64_t seed_;
+  ParallelSplit split_;
+  Tokenizer tokenizer_;
+  TokenPairs train_, valid_;
+  std::shared_ptr<EncoderDecoder> model_;
+};
+
+// Translates the test split, writes the hypotheses and returns its BLEU.
+BleuScore test_translations(MtTask& task, const std::string& run_dir) {
+  NoGradGuard no_grad;
+  task.model().eval();
+  const SentencePairs& test = task.split().test;
+  std::vector<std::string> hypotheses = task.translate(MtTask::sources(test));
+  task.model().train();
+  if (!run_dir.empty()) {
+    std::string text;
+    for (const auto& line : hypotheses) text += line + "\n";
+    write_file_atomically(run_dir + "/test.hyp.txt", text, "train_mt");
+  }
+  for (size_t i = 0; i < std::min<size_t>(3, test.size()); ++i)
+    std::printf("  en:  %s\n  de:  %s\n  ref: %s\n", test[i].first.c_str(), hypotheses[i].c_str(),
+                test[i].second.c_str());
+  return MtTask::bleu_of(hypotheses, test);
+}
+
+}  // namespace
+
+void add_mt_flags(Flags& flags, MtOptions& o) {
+  flags.add("data", &o.data, "a folder of gettext .mo files (scripts/fetch-data) or a source<TAB>target .tsv");
+  flags.add("max-bytes", &o.max_bytes, "drop pairs with a side longer than this (bytes)");
+  flags.add("max-tokens", &o.max_tokens, "drop pairs with a side longer than this (tokens)");
+  flags.add("valid-pairs", &o.valid_pairs, "validation pairs split off");
+  flags.add("test-pairs", &o.test_pairs, "test pairs split off");
+  flags.add("bpe-merges", &o.bpe_merges, "BPE merges learned on the training split (0: bytes)");
+  flags.add("batch", &o.batch, "sentence pairs per step");
+  flags.add("label-smoothing", &o.label_smoothing, "label smoothing of the training loss");
+  flags.add("eval-pairs", &o.eval_pairs, "validation pairs for the loss at each evaluation");
+  flags.add("bleu-sentences", &o.bleu_sentences, "validation sentences decoded for BLEU at each evaluation");
+  flags.add("beam", &o.beam, "beam size for BLEU decodes (1: greedy)");
+  flags.add("length-penalty", &o.length_penalty, "beam search length penalty");
+}
+
+RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const TrainOptions& o) {
+  HEADROOM_CHECK(mt.batch > 0 && mt.max_tokens > 0 && mt.beam > 0, "[train_mt] --batch, --max-tokens and --beam must be positive");
+  MtTask task(mt, model_options.config(), o.seed);
+  std::printf("data: %zu train / %zu valid / %zu test pairs, vocabulary %lld (%lld BPE merges)\n",
+              task.split().train.size(), task.split().valid.size(), task.split().test.size(),
+              (long long)task.tokenizer().vocab_size(), (long long)task.tokenizer().merge_count());
+  TrainResult result = train(task, o);
+  BleuScore test = test_translations(task, o.eval_only ? "" : o.ckpt_dir);
+  std::printf("test: %s\n", test.to_string().c_str());
+  result.eval.emplace_back("test_bleu", test.score);
+  const int64_t length = 32;  // MACs per target token at a typical source and target length
+  RunSummary summary = summarize("mt", task.config(), o, result, task.model().num_parameters(),
+                                 double(task.seq2seq().forward_macs(length, length)) / double(length));
+  if (!o.ckpt_dir.empty() && !o.eval_only) {
+    write_curve_plots(o.ckpt_dir, "bleu");
+    if (task.config().attention.type != "mha")
+      write_routing_report(o.ckpt_dir, task.routing_statistics(), shared_head_count(task.config()),
+                           [&](int32_t id) { return task.tokenizer().describe_token(id); });
+  }
+  return summary;
+}
+
+}  // namespace headroom::examples

@@ -1,0 +1,230 @@
+#include "headroom/examples/common/vit_task.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/atomic_file.h"
+#include "headroom/examples/common/idx.h"
+#include "headroom/examples/common/image_folder.h"
+#include "headroom/examples/common/plot.h"
+#include "headroom/examples/common/report.h"
+#include "headroom/models/stats.h"
+#include "headroom/models/transformer.h"
+#include "headroom/ops/elementwise.h"
+#include "headroom/ops/nn.h"
+#include "headroom/ops/reduce.h"
+#include "headroom/ops/routing.h"
+
+namespace headroom::examples {
+
+namespace {
+
+struct ImageSplits {
+  ImageDataset train, valid, test;
+};
+
+ImageSplits load_images(const VitOptions& vit, uint64_t seed) {
+  ImageSplits splits;
+  if (!vit.images.empty()) {
+    splits.train = load_image_folder(vit.images, vit.image_size, int(vit.channels));
+    splits.test = split_off(splits.train, 0.1, seed + 1);
+    splits.valid = split_off(splits.train, 0.1 / 0.9, seed + 2);
+    return splits;
+  }
+  const std::string& d = vit.data;
+  splits.train = load_idx_dataset(d + "/train-images-idx3-ubyte", d + "/train-labels-idx1-ubyte", fashion_mnist_classes());
+  splits.test = load_idx_dataset(d + "/t10k-images-idx3-ubyte", d + "/t10k-labels-idx1-ubyte", fashion_mnist_classes());
+  splits.valid = split_off(splits.train, double(vit.valid_images) / double(splits.train.images.size(0)), seed + 2);
+  return splits;
+}
+
+// Per-channel mean and standard deviation of images [N, C, H, W] -> [1, C, 1, 1] each.
+std::pair<Tensor, Tensor> channel_statistics(const Tensor& images) {
+  Tensor mu = mean(images, {0, 2, 3}, true);
+  Tensor sigma = sqrt(mean(pow(sub(images, mu), 2.0), {0, 2, 3}, true));
+  return {mu, add(sigma, 1e-6)};
+}
+
+class VitTask : public TrainTask {
+ public:
+  VitTask(const VitOptions& vit, const ModelConfig& config, uint64_t seed) : vit_(vit), config_(config), gen_(seed), seed_(seed) {
+    data_ = load_images(vit, seed);
+    auto [mu, sigma] = channel_statistics(data_.train.images);
+    for (ImageDataset* part : {&data_.train, &data_.valid, &data_.test})
+      part->images = div(sub(part->images, mu), sigma).contiguous();
+    const Tensor& images = data_.train.images;
+    config_.image_size = images.size(2);
+    config_.channels = images.size(1);
+    config_.patch_size = vit.patch;
+    config_.classes = int64_t(data_.train.class_names.size());
+    config_.decoder_layers = 0;
+    model_ = std::make_shared<ViT>(config_, gen_);
+  }
+
+  Module& model() override { return *model_; }
+  ViT& vit_model() { return *model_; }
+  const ModelConfig& config() const override { return config_; }
+  Generator& model_generator() override { return gen_; }
+  std::string unit() const override { return "img"; }
+  const ImageSplits& data() const { return data_; }
+  int64_t steps_per_epoch() const { return (data_.train.images.size(0) + vit_.batch - 1) / vit_.batch; }
+
+  StepOutput step(int64_t step) override {
+    Tensor rows = epoch_rows(step);
+    ModelOutput out = model_->forward(index_select(data_.train.images, 0, rows));
+    Tensor loss = cross_entropy(out.out, index_select(data_.train.labels, 0, rows));
+    return {training_loss(config_, loss, out.aux_losses, rows.numel()), loss.item(), rows.numel()};
+  }
+
+  Metrics evaluate() override {
+    int64_t n = data_.valid.images.size(0);
+    if (vit_.eval_images > 0) n = std::min(n, vit_.eval_images);
+    Scores s = score(data_.valid, n, nullptr);
+    return {{"accuracy", s.accuracy}, {"loss", s.loss}};
+  }
+
+  struct Scores {
+    double loss = 0, accuracy = 0;
+    std::vector<std::vector<int64_t>> confusion;  // [true class][predicted class]
+  };
+
+  // Loss, accuracy and confusion matrix over the first n images; with
+  // per_class, the routing statistics of each true class.
+  Scores score(const ImageDataset& part, int64_t n, std::vector<RoutingRecorder>* per_class) {
+    const int64_t classes = config_.classes;
+    Scores s;
+    s.confusion.assign(size_t(classes), std::vector<int64_t>(size_t(classes), 0));
+    double loss_sum = 0;
+    for (int64_t first = 0; first < n; first += vit_.batch) {
+      int64_t count = std::min(vit_.batch, n - first);
+      ModelOutput out = model_->forward(part.images.narrow(0, first, count));
+      Tensor labels = part.labels.narrow(0, first, count).contiguous();
+      loss_sum += cross_entropy(out.out, labels).item() * double(count);
+      std::vector<int32_t> truth = labels.to_vector<int32_t>(), predicted = argmax(out.out, 1).to_vector<int32_t>();
+      for (int64_t i = 0; i < count; ++i) s.confusion[size_t(truth[i])][size_t(predicted[i])] += 1;
+      if (per_class) record_by_class(out.stats, truth, *per_class);
+    }
+    int64_t correct = 0;
+    for (int64_t c = 0; c < classes; ++c) correct += s.confusion[size_t(c)][size_t(c)];
+    s.loss = loss_sum / double(n);
+    s.accuracy = double(correct) / double(n);
+    return s;
+  }
+
+ private:
+  // Rows of the training set for `step`: a slice of epoch e's permutation.
+  Tensor epoch_rows(int64_t step) {
+    const int64_t per_epoch = steps_per_epoch(), epoch = step / per_epoch, n = data_.train.images.size(0);
+    if (epoch != permutation_epoch_) {
+      Generator shuffle(seed_ ^ 0xe90c4ULL);
+      shuffle.set_state(shuffle.seed(), uint64_t(epoch) * uint64_t(n));
+      permutation_.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) permutation_[size_t(i)] = int32_t(i);
+      for (int64_t i = n - 1; i > 0; --i) std::swap(permutation_[size_t(i)], permutation_[size_t(shuffle.next_int(i + 1))]);
+      permutation_epoch_ = epoch;
+    }
+    const int64_t first = (step % per_epoch) * vit_.batch, count = std::min(vit_.batch, n - first);
+    return Tensor::from_vector(std::vector<int32_t>(permutation_.begin() + first, permutation_.begin() + first + count));
+  }
+
+  // Splits a batch's routing statistics by the images' classes.  Rows of
+  // stats are (image, token) pairs, image-major.
+  void record_by_class(const std::vector<RoutingStats>& stats, const std::vector<int32_t>& truth,
+                       std::vector<RoutingRecorder>& per_class) const {
+    if (stats.empty() || !stats[0].gates.defined()) return;
+    const int64_t images = int64_t(truth.size()), tokens = stats[0].gates.size(0) / images;
+    for (int64_t c = 0; c < config_.classes; ++c) {
+      std::vector<uint8_t> valid(size_t(images * tokens), 0);
+      for (int64_t i = 0; i < images; ++i)
+        if (truth[size_t(i)] == c) std::fill_n(valid.begin() + i * tokens, tokens, uint8_t(1));
+      per_class[size_t(c)].add(stats, Tensor(), Tensor::from_vector(valid));
+    }
+  }
+
+  VitOptions vit_;
+  ModelConfig config_;
+  Generator gen_;
+  uint64_t seed_;
+  ImageSplits data_;
+  std::shared_ptr<ViT> model_;
+  std::vector<int32_t> permutation_;
+  int64_t permutation_epoch_ = -1;
+};
+
+std::string confusion_text(const std::vector<std::vector<int64_t>>& confusion, const std::vector<std::string>& names) {
+  std::ostringstream out;
+  out << "true \\ predicted";
+  for (size_t c = 0; c < names.size(); ++c) out << "," << c;
+  out << "\n";
+  for (size_t r = 0; r < confusion.size(); ++r) {
+    out << r << " " << names[r];
+    for (int64_t count : confusion[r]) out << "," << count;
+    out << "\n";
+  }
+  return out.str();
+}
+
+// Row-normalised confusion matrix as a heat map (rows: true classes).
+void plot_confusion(const std::string& path, const std::vector<std::vector<int64_t>>& confusion,
+                    const std::vector<std::string>& names) {
+  Heatmap heat;
+  heat.title = "test confusion matrix (share of each true class)";
+  heat.row_label = "true class", heat.col_label = "predicted class";
+  heat.rows = names;
+  for (size_t c = 0; c < names.size(); ++c) heat.cols.push_back(std::to_string(c));
+  for (const auto& row : confusion) {
+    int64_t total = 0;
+    for (int64_t count : row) total += count;
+    std::vector<double> shares;
+    for (int64_t count : row) shares.push_back(total > 0 ? double(count) / double(total) : 0.0);
+    heat.values.push_back(shares);
+  }
+  plot_heatmap(path, heat);
+}
+
+}  // namespace
+
+void add_vit_flags(Flags& flags, VitOptions& o) {
+  flags.add("data", &o.data, "folder with Fashion-MNIST's four IDX files (scripts/fetch-data)");
+  flags.add("images", &o.images, "a folder of class subfolders of PNG/JPEG images instead");
+  flags.add("image-size", &o.image_size, "--images: resize to this many pixels square");
+  flags.add("channels", &o.channels, "--images: 1 (grey) or 3 (RGB)");
+  flags.add("patch", &o.patch, "patch size in pixels");
+  flags.add("batch", &o.batch, "images per step");
+  flags.add("epochs", &o.epochs, "train for this many epochs (overrides --steps; 0: use --steps)");
+  flags.add("valid-images", &o.valid_images, "Fashion-MNIST: training images split off for validation");
+  flags.add("eval-images", &o.eval_images, "validation images per periodic evaluation (0: all)");
+}
+
+RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, const TrainOptions& options) {
+  HEADROOM_CHECK(vit.batch > 0 && vit.patch > 0, "[train_vit] --batch and --patch must be positive");
+  VitTask task(vit, model_options.config(), options.seed);
+  const ImageSplits& data = task.data();
+  std::printf("data: %lld train / %lld valid / %lld test images of %lldx%lld, %lld classes\n",
+              (long long)data.train.images.size(0), (long long)data.valid.images.size(0),
+              (long long)data.test.images.size(0), (long long)task.config().image_size,
+              (long long)task.config().image_size, (long long)task.config().classes);
+  TrainOptions o = options;
+  if (vit.epochs > 0) o.steps = vit.epochs * task.steps_per_epoch();
+  TrainResult result = train(task, o);
+
+  NoGradGuard no_grad;
+  task.model().eval();
+  std::vector<RoutingRecorder> per_class(size_t(task.config().classes));
+  auto test = task.score(data.test, data.test.images.size(0), &per_class);
+  std::printf("test: accuracy %.2f%%, loss %.4f\nconfusion matrix:\n%s", 100 * test.accuracy, test.loss,
+              confusion_text(test.confusion, data.test.class_names).c_str());
+  result.eval.emplace_back("test_accuracy", test.accuracy);
+  if (!o.ckpt_dir.empty() && !o.eval_only) {
+    write_file_atomically(o.ckpt_dir + "/confusion.csv", confusion_text(test.confusion, data.test.class_names), "train_vit");
+    write_curve_plots(o.ckpt_dir, "accuracy");
+    plot_confusion(o.ckpt_dir + "/confusion.png", test.confusion, data.test.class_names);
+    if (task.config().attention.type != "mha")
+      write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names, shared_head_count(task.config()));
+  }
+  return summarize("vit", task.config(), o, result, task.model().num_parameters(), double(task.vit_model().forward_macs()));
+}
+
+}  // namespace headroom::examples

@@ -1,0 +1,32 @@
+// train_vit: image classification with a ViT whose attention is MHA, MoA,
+// MoH or MAE.  Default data: Fashion-MNIST (scripts/fetch-data); --images DIR
+// for a folder of class subfolders.
+//
+//   train_vit --attn moh --attn-opt shared_heads=2,routed_k=4 --epochs 5 --ckpt runs/vit-moh
+#include <cstdio>
+
+#include "headroom/core/threading.h"
+#include "headroom/examples/common/vit_task.h"
+
+using namespace headroom;
+using namespace headroom::examples;
+
+int main(int argc, char** argv) {
+  VitOptions vit;
+  ModelOptions model;
+  TrainOptions train_options;
+  train_options.steps = 3000, train_options.warmup = 200, train_options.lr = 1e-3, train_options.weight_decay = 0.05;
+  train_options.eval_every = 500, train_options.ckpt_dir = "runs/vit";
+  Flags flags("train_vit", "image classification with a ViT (MHA, MoA, MoH or MAE attention)");
+  add_vit_flags(flags, vit);
+  add_model_flags(flags, model);
+  add_train_flags(flags, train_options);
+  return run_main(flags, [&] {
+    if (!flags.parse(argc, argv)) return 0;
+    if (train_options.threads > 0) set_num_threads(train_options.threads);
+    std::printf("%s\n", config_table(flags.values()).c_str());
+    RunSummary summary = run_vit(vit, model, train_options);
+    std::printf("%s", describe(summary).c_str());
+    return 0;
+  });
+}
