@@ -171,11 +171,9 @@ ParallelSplit split_pairs(const SentencePairs& pairs, size_t valid, size_t test)
   // Pairs per source, then the sources in (hash, text) order.
   std::map<std::string, size_t> pairs_per_source;
   for (const auto& pair : pairs) ++pairs_per_source[pair.first];
-  std::vector<std::tuple<uint64_t, const std::string*, size_t>> sources;
-  for (const auto& [source, n] : pairs_per_source) sources.emplace_back(hash_text(source), &source, n);
-  std::sort(sources.begin(), sources.end(),
-            [](const auto& a, const auto& b) { return std::tie(std::get<0>(a), *std::get<1>(a)) <
-                                                      std::tie(std::get<0>(b), *std::get<1>(b)); });
+  std::vector<std::tuple<uint64_t, std::string, size_t>> sources;  // (hash, source, pairs)
+  for (const auto& [source, n] : pairs_per_source) sources.emplace_back(hash_text(source), source, n);
+  std::sort(sources.begin(), sources.end());
 
   enum Part { kTrain, kValid, kTest };
   std::map<std::string, Part> part_of;
@@ -184,7 +182,7 @@ ParallelSplit split_pairs(const SentencePairs& pairs, size_t valid, size_t test)
     Part part = kTrain;
     if (in_test + n <= test) part = kTest, in_test += n;
     else if (in_valid + n <= valid) part = kValid, in_valid += n;
-    part_of[*source] = part;
+    part_of[source] = part;
   }
   ParallelSplit split;
   for (const auto& pair : pairs) {
