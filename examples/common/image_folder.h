@@ -1,0 +1,24 @@
+#pragma once
+// A labelled image dataset from a folder with one subfolder per class, as
+// torchvision's ImageFolder reads it:
+//
+//   photos/cat/1.png  photos/cat/2.jpg  photos/dog/a.bmp ...
+//   ImageDataset data = load_image_folder("photos", 32, 3);   // [N, 3, 32, 32]
+//   ImageDataset valid = split_off(data, 0.1, 1234);           // idx.h
+#include <cstdint>
+#include <string>
+
+#include "headroom/examples/common/idx.h"
+
+namespace headroom::examples {
+
+// Class ids follow the sorted subfolder names.  Every file ending in .png,
+// .jpg, .jpeg or .bmp (any case) is read with load_image as `channels`
+// channels (1..4) and resized (bilinear) to size x size, so the images may
+// have mixed sizes; other files are skipped.  Images are ordered by class,
+// then by sorted file name.  Throws for a missing folder, a folder without
+// class subfolders, a class without images, and an unreadable image (naming
+// the file).
+ImageDataset load_image_folder(const std::string& dir, int64_t size, int channels);
+
+}  // namespace headroom::examples
