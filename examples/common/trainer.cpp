@@ -168,10 +168,10 @@ int64_t resume_checkpoint(TrainTask& task, Optimization& optimization, const Tra
   SafetensorsFile file = load_safetensors(path);
   HEADROOM_CHECK(required(file.metadata, "format", path) == kFormat, "[train] ", path,
                  " is not a headroom training checkpoint");
+  task.check_metadata(task_metadata(file.metadata));  // first: its message names the data
   ModelConfig saved = ModelConfig::from_metadata(file.metadata);
   HEADROOM_CHECK(saved == task.config(), "[train] checkpoint ", path,
                  " was made with another model config; start a new --ckpt directory or pass the same flags");
-  task.check_metadata(task_metadata(file.metadata));
   NamedTensors model_entries, optimizer_entries;
   for (auto& entry : file.tensors)
     (entry.first.find("optim.") == std::string::npos ? model_entries : optimizer_entries).push_back(entry);

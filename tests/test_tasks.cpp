@@ -1,0 +1,102 @@
+// The training binaries' tasks end to end on tiny generated data
+// (examples/common/{lm,mt,vit}_task.h): a few steps each, checking what a
+// run directory must hold and that the metrics are sane.
+#include <filesystem>
+#include <fstream>
+
+#include "headroom/core/image.h"
+#include "headroom/examples/common/lm_task.h"
+#include "headroom/examples/common/mt_task.h"
+#include "headroom/examples/common/vit_task.h"
+#include "helpers.h"
+
+using namespace headroom;
+using namespace headroom::examples;
+using headroom::testing::TempDir;
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+TrainOptions few_steps(const std::string& run_dir) {
+  TrainOptions o;
+  o.steps = 4, o.warmup = 1, o.eval_every = 2, o.ckpt_every = 2, o.lr = 3e-3, o.ckpt_dir = run_dir, o.quiet = true;
+  o.bcd_f = 1, o.bcd_g = 1;
+  return o;
+}
+
+ModelOptions tiny_model(const std::string& attn, const std::string& options = "") {
+  ModelOptions m;
+  m.attn = attn, m.attn_opt = options, m.dim = 16, m.heads = 4, m.layers = 1, m.ffn = 32;
+  return m;
+}
+
+bool exists(const std::string& path) { return std::filesystem::exists(path); }
+
+}  // namespace
+
+TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run directory") {
+  TempDir dir("task_lm");
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "The quick brown fox jumps over the lazy dog. Ünïcödé line " + std::to_string(i) + "\n";
+  write_text(dir.file("text.txt"), text);
+  LmOptions lm;
+  lm.data = dir.file("text.txt"), lm.context = 16, lm.batch = 4, lm.eval_tokens = 256, lm.generate = 8;
+  RunSummary s = run_lm(lm, tiny_model("moh", "shared_heads=1,routed_k=2"), few_steps(dir.file("run")));
+  CHECK(s.steps == 4);
+  CHECK(s.metric("bits_per_byte") == doctest::Approx(s.metric("loss") / std::log(2.0)));
+  CHECK(s.metric("loss") < std::log(259.0) + 0.5);  // about uniform over the vocabulary, or better
+  CHECK(s.active_heads == doctest::Approx(0.75));
+  for (const char* file : {"checkpoint.safetensors", "log.jsonl", "loss.png", "eval.png", "routing.json",
+                           "routing.csv", "load.png", "load_heatmap.png", "gates.png", "pmi.md"})
+    CHECK_MESSAGE(exists(dir.file(std::string("run/") + file)), file);
+  CHECK_THROWS_HEADROOM(run_lm(LmOptions{dir.file("missing.txt")}, tiny_model("mha"), few_steps("")), "missing.txt");
+}
+
+TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes test translations") {
+  TempDir dir("task_mt");
+  const char* english[] = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"};
+  const char* german[] = {"eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn"};
+  std::string tsv;
+  for (int a = 0; a < 10; ++a)
+    for (int b = 0; b < 10; ++b) tsv += std::string(english[a]) + " and " + english[b] + "\t" + german[a] + " und " + german[b] + "\n";
+  write_text(dir.file("pairs.tsv"), tsv);
+  MtOptions mt;
+  mt.data = dir.file("pairs.tsv"), mt.valid_pairs = 10, mt.test_pairs = 10, mt.bpe_merges = 30, mt.batch = 8;
+  mt.eval_pairs = 10, mt.bleu_sentences = 4, mt.max_tokens = 16;
+  RunSummary s = run_mt(mt, tiny_model("mae"), few_steps(dir.file("run")));
+  CHECK(s.metric("bleu") >= 0);
+  CHECK(s.metric("test_bleu") <= 100);
+  std::ifstream hypotheses(dir.file("run/test.hyp.txt"));
+  int lines = 0;
+  for (std::string line; std::getline(hypotheses, line);) ++lines;
+  CHECK(lines == 10);
+  CHECK(exists(dir.file("run/gates.png")));
+  // Resuming with another tokenizer (here: other --bpe-merges) is refused.
+  mt.bpe_merges = 20;
+  TrainOptions resume = few_steps(dir.file("run"));
+  resume.resume = true, resume.steps = 6;
+  CHECK_THROWS_HEADROOM(run_mt(mt, tiny_model("mae"), resume), "tokenizer differs");
+}
+
+TEST_CASE("run_vit trains on a folder of class subfolders and reports accuracy and the confusion matrix") {
+  TempDir dir("task_vit");
+  for (int c = 0; c < 2; ++c) {
+    std::filesystem::create_directories(dir.file("images/class" + std::to_string(c)));
+    for (int i = 0; i < 10; ++i) {
+      int64_t size = 8 + i % 3 * 4;  // mixed sizes are resized
+      Tensor image = Tensor::full({size, size, 3}, c == 0 ? 0.1 + 0.01 * i : 0.9 - 0.01 * i);
+      save_png(dir.file("images/class" + std::to_string(c) + "/" + std::to_string(i) + ".png"), image);
+    }
+  }
+  VitOptions vit;
+  vit.images = dir.file("images"), vit.image_size = 8, vit.patch = 4, vit.batch = 8, vit.epochs = 2;
+  RunSummary s = run_vit(vit, tiny_model("moa", "experts=4,k=2"), few_steps(dir.file("run")));
+  CHECK(s.steps == 2 * 2);  // 16 training images, batch 8
+  CHECK(s.metric("test_accuracy") >= 0);
+  CHECK(s.metric("test_accuracy") <= 1);
+  for (const char* file : {"confusion.csv", "confusion.png", "routing_by_class.csv", "load_by_class.png", "loss.png"})
+    CHECK_MESSAGE(exists(dir.file(std::string("run/") + file)), file);
+}
