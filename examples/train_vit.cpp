@@ -27,6 +27,6 @@ int main(int argc, char** argv) {
     std::printf("%s\n", config_table(flags.values()).c_str());
     RunSummary summary = run_vit(vit, model, train_options);
     std::printf("%s", describe(summary).c_str());
-    return 0;
+    return summary.interrupted ? 130 : 0;
   });
 }

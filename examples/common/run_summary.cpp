@@ -28,6 +28,7 @@ RunSummary summarize(const std::string& task, const ModelConfig& config, const T
   s.peak_bytes = result.peak_bytes;
   s.seconds = result.seconds;
   s.steps = result.last_step;
+  s.interrupted = result.interrupted;
   return s;
 }
 

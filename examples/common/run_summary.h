@@ -23,6 +23,7 @@ struct RunSummary {
   size_t peak_bytes = 0;
   double seconds = 0;
   int64_t steps = 0;
+  bool interrupted = false;   // stopped by Ctrl-C (the binaries then exit with 130)
   double metric(const std::string& name) const;  // throws when absent
 };
 
