@@ -4,9 +4,6 @@
 //   train_lm --attn moh --attn-opt shared_heads=2,routed_k=4 --steps 2000 --ckpt runs/lm-moh
 //   train_lm --ckpt runs/lm-moh --resume            # continue after Ctrl-C
 //   train_lm --ckpt runs/lm-moh --eval-only --generate 300
-#include <cstdio>
-
-#include "headroom/core/threading.h"
 #include "headroom/examples/common/lm_task.h"
 
 using namespace headroom;
@@ -21,12 +18,5 @@ int main(int argc, char** argv) {
   add_lm_flags(flags, lm);
   add_model_flags(flags, model);
   add_train_flags(flags, train_options);
-  return run_main(flags, [&] {
-    if (!flags.parse(argc, argv)) return 0;
-    if (train_options.threads > 0) set_num_threads(train_options.threads);
-    std::printf("%s\n", config_table(flags.values()).c_str());
-    RunSummary summary = run_lm(lm, model, train_options);
-    std::printf("%s", describe(summary).c_str());
-    return summary.interrupted ? 130 : 0;
-  });
+  return training_main(flags, train_options, argc, argv, [&] { return run_lm(lm, model, train_options); });
 }

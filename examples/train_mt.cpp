@@ -4,9 +4,6 @@
 //
 //   train_mt --attn mae --steps 3000 --ckpt runs/mt-mae
 //   train_mt --ckpt runs/mt-mae --eval-only --beam 4
-#include <cstdio>
-
-#include "headroom/core/threading.h"
 #include "headroom/examples/common/mt_task.h"
 
 using namespace headroom;
@@ -23,12 +20,5 @@ int main(int argc, char** argv) {
   add_mt_flags(flags, mt);
   add_model_flags(flags, model);
   add_train_flags(flags, train_options);
-  return run_main(flags, [&] {
-    if (!flags.parse(argc, argv)) return 0;
-    if (train_options.threads > 0) set_num_threads(train_options.threads);
-    std::printf("%s\n", config_table(flags.values()).c_str());
-    RunSummary summary = run_mt(mt, model, train_options);
-    std::printf("%s", describe(summary).c_str());
-    return summary.interrupted ? 130 : 0;
-  });
+  return training_main(flags, train_options, argc, argv, [&] { return run_mt(mt, model, train_options); });
 }

@@ -3,9 +3,6 @@
 // for a folder of class subfolders.
 //
 //   train_vit --attn moh --attn-opt shared_heads=2,routed_k=4 --epochs 5 --ckpt runs/vit-moh
-#include <cstdio>
-
-#include "headroom/core/threading.h"
 #include "headroom/examples/common/vit_task.h"
 
 using namespace headroom;
@@ -21,12 +18,5 @@ int main(int argc, char** argv) {
   add_vit_flags(flags, vit);
   add_model_flags(flags, model);
   add_train_flags(flags, train_options);
-  return run_main(flags, [&] {
-    if (!flags.parse(argc, argv)) return 0;
-    if (train_options.threads > 0) set_num_threads(train_options.threads);
-    std::printf("%s\n", config_table(flags.values()).c_str());
-    RunSummary summary = run_vit(vit, model, train_options);
-    std::printf("%s", describe(summary).c_str());
-    return summary.interrupted ? 130 : 0;
-  });
+  return training_main(flags, train_options, argc, argv, [&] { return run_vit(vit, model, train_options); });
 }

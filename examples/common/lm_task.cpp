@@ -15,9 +15,9 @@ namespace headroom::examples {
 
 namespace {
 
-class LmTask : public TrainTask {
+class LmTask : public ModelTask<DecoderLM> {
  public:
-  LmTask(const LmOptions& lm, const ModelConfig& config, uint64_t seed) : lm_(lm), config_(config), gen_(seed), seed_(seed) {
+  LmTask(const LmOptions& lm, const ModelConfig& config, uint64_t seed) : ModelTask(config, seed), lm_(lm) {
     TextSplit split = split_text(read_text_file(lm.data), lm.valid_fraction);
     train_ids_ = tokenizer_.encode(split.train);
     valid_ids_ = tokenizer_.encode(split.valid);
@@ -27,13 +27,9 @@ class LmTask : public TrainTask {
     config_.vocab = tokenizer_.vocab_size();
     config_.encoder_layers = 0;
     config_.max_len = std::max<int64_t>(config_.max_len, lm.context + lm.generate + 64);
-    model_ = std::make_shared<DecoderLM>(config_, gen_);
+    build_model();
   }
 
-  Module& model() override { return *model_; }
-  DecoderLM& lm_model() { return *model_; }
-  const ModelConfig& config() const override { return config_; }
-  Generator& model_generator() override { return gen_; }
   std::string unit() const override { return "tok"; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
 
@@ -109,12 +105,8 @@ class LmTask : public TrainTask {
   }
 
   LmOptions lm_;
-  ModelConfig config_;
-  Generator gen_;
-  uint64_t seed_;
   Tokenizer tokenizer_;  // bytes
   std::vector<int32_t> train_ids_, valid_ids_;
-  std::shared_ptr<DecoderLM> model_;
 };
 
 void print_sample(LmTask& task, const LmOptions& lm, uint64_t seed) {
@@ -123,7 +115,7 @@ void print_sample(LmTask& task, const LmOptions& lm, uint64_t seed) {
   Generator sampler(seed + 7);
   GenerateOptions options;
   options.max_new = lm.generate;
-  Generated out = sample(task.lm_model(), Tensor::from_vector(prompt, {1, int64_t(prompt.size())}), lm.temperature,
+  Generated out = sample(task.typed_model(), Tensor::from_vector(prompt, {1, int64_t(prompt.size())}), lm.temperature,
                          lm.top_k, sampler, options);
   std::printf("\n--- sample (temperature %g, top-k %lld) ---\n%s%s\n---\n", lm.temperature, (long long)lm.top_k,
               lm.prompt.c_str(), task.tokenizer().decode(out.tokens[0]).c_str());
@@ -148,7 +140,7 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
   LmTask task(lm, model_options.config(), o.seed);
   TrainResult result = train(task, o);
   RunSummary summary = summarize("lm", task.config(), o, result, task.model().num_parameters(),
-                                 double(task.lm_model().forward_macs(lm.context)) / double(lm.context));
+                                 double(task.typed_model().forward_macs(lm.context)) / double(lm.context));
   if (!o.ckpt_dir.empty() && !o.eval_only) {
     write_curve_plots(o.ckpt_dir, "bits_per_byte");
     if (task.config().attention.type != "mha")

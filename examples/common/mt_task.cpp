@@ -39,9 +39,9 @@ SentencePairs load_pairs(const MtOptions& mt) {
   return clean_pairs(raw, size_t(mt.max_bytes));
 }
 
-class MtTask : public TrainTask {
+class MtTask : public ModelTask<EncoderDecoder> {
  public:
-  MtTask(const MtOptions& mt, const ModelConfig& config, uint64_t seed) : mt_(mt), config_(config), gen_(seed), seed_(seed) {
+  MtTask(const MtOptions& mt, const ModelConfig& config, uint64_t seed) : ModelTask(config, seed), mt_(mt) {
     split_ = split_pairs(load_pairs(mt), size_t(mt.valid_pairs), size_t(mt.test_pairs));
     tokenizer_ = learn_tokenizer(split_.train, mt.bpe_merges);
     train_ = encode(split_.train);
@@ -50,13 +50,9 @@ class MtTask : public TrainTask {
                    " training and ", valid_.size(), " validation pairs after cleaning; need some of each");
     config_.vocab = tokenizer_.vocab_size();
     config_.max_len = std::max<int64_t>(config_.max_len, 2 * mt.max_tokens + 16);
-    model_ = std::make_shared<EncoderDecoder>(config_, gen_);
+    build_model();
   }
 
-  Module& model() override { return *model_; }
-  EncoderDecoder& seq2seq() { return *model_; }
-  const ModelConfig& config() const override { return config_; }
-  Generator& model_generator() override { return gen_; }
   std::string unit() const override { return "tok"; }
   StringMap metadata() const override { return {{"tokenizer", tokenizer_.to_text()}}; }
   void check_metadata(const StringMap& metadata) const override {
@@ -204,13 +200,9 @@ class MtTask : public TrainTask {
   }
 
   MtOptions mt_;
-  ModelConfig config_;
-  Generator gen_;
-  uint64_t seed_;
   ParallelSplit split_;
   Tokenizer tokenizer_;
   TokenPairs train_, valid_;
-  std::shared_ptr<EncoderDecoder> model_;
 };
 
 // Translates the test split, writes the hypotheses and returns its BLEU.
@@ -260,7 +252,7 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
   result.eval.emplace_back("test_bleu", test.score);
   const int64_t length = 32;  // MACs per target token at a typical source and target length
   RunSummary summary = summarize("mt", task.config(), o, result, task.model().num_parameters(),
-                                 double(task.seq2seq().forward_macs(length, length)) / double(length));
+                                 double(task.typed_model().forward_macs(length, length)) / double(length));
   if (!o.ckpt_dir.empty() && !o.eval_only) {
     write_curve_plots(o.ckpt_dir, "bleu");
     if (task.config().attention.type != "mha")

@@ -1,7 +1,9 @@
 #include "headroom/examples/common/run_summary.h"
 
+#include <cstdio>
 #include <sstream>
 
+#include "headroom/core/threading.h"
 #include "headroom/examples/common/model_options.h"
 
 namespace headroom::examples {
@@ -30,6 +32,18 @@ RunSummary summarize(const std::string& task, const ModelConfig& config, const T
   s.steps = result.last_step;
   s.interrupted = result.interrupted;
   return s;
+}
+
+int training_main(Flags& flags, const TrainOptions& options, int argc, char** argv,
+                  const std::function<RunSummary()>& run) {
+  return run_main(flags, [&] {
+    if (!flags.parse(argc, argv)) return 0;
+    if (options.threads > 0) set_num_threads(options.threads);
+    std::printf("%s\n", config_table(flags.values()).c_str());
+    RunSummary summary = run();
+    std::printf("%s", describe(summary).c_str());
+    return summary.interrupted ? 130 : 0;
+  });
 }
 
 std::string describe(const RunSummary& s) {

@@ -3,8 +3,10 @@
 // compare driver's table.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
+#include "headroom/examples/common/cli.h"
 #include "headroom/examples/common/trainer.h"
 #include "headroom/models/config.h"
 
@@ -30,6 +32,12 @@ struct RunSummary {
 // The summary of a finished train() call.
 RunSummary summarize(const std::string& task, const ModelConfig& config, const TrainOptions& options,
                      const TrainResult& result, int64_t parameters, double macs_per_item);
+
+// main() of a training binary once its flags are declared: parses them,
+// sets the thread count, prints the config table, runs, prints the summary.
+// Exit status: 0, 130 after Ctrl-C, 2 for bad flags (with the usage), 1 for errors.
+int training_main(Flags& flags, const TrainOptions& options, int argc, char** argv,
+                  const std::function<RunSummary()>& run);
 
 // Human-readable lines: the final metrics, size, speed and memory.
 std::string describe(const RunSummary& summary);

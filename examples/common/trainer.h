@@ -93,6 +93,27 @@ class TrainTask {
   virtual std::string unit() const = 0;  // "tok" or "img"
 };
 
+// The part of a task that owns the model: its config, the model generator
+// (seeded with the run's seed) and the model M (DecoderLM, EncoderDecoder or
+// ViT), built by build_model() once the task has filled in the config fields
+// that depend on the data (vocabulary, image size, classes).
+template <typename M>
+class ModelTask : public TrainTask {
+ public:
+  ModelTask(const ModelConfig& config, uint64_t seed) : config_(config), gen_(seed), seed_(seed) {}
+  Module& model() override { return *model_; }
+  M& typed_model() { return *model_; }
+  const ModelConfig& config() const override { return config_; }
+  Generator& model_generator() override { return gen_; }
+
+ protected:
+  void build_model() { model_ = std::make_shared<M>(config_, gen_); }
+  ModelConfig config_;
+  Generator gen_;
+  uint64_t seed_;
+  std::shared_ptr<M> model_;
+};
+
 struct TrainResult {
   int64_t first_step = 0, last_step = 0;   // steps run in this call: (first_step, last_step]
   bool interrupted = false;                // stopped by Ctrl-C (a checkpoint was written when --ckpt)

@@ -47,9 +47,9 @@ std::pair<Tensor, Tensor> channel_statistics(const Tensor& images) {
   return {mu, add(sigma, 1e-6)};
 }
 
-class VitTask : public TrainTask {
+class VitTask : public ModelTask<ViT> {
  public:
-  VitTask(const VitOptions& vit, const ModelConfig& config, uint64_t seed) : vit_(vit), config_(config), gen_(seed), seed_(seed) {
+  VitTask(const VitOptions& vit, const ModelConfig& config, uint64_t seed) : ModelTask(config, seed), vit_(vit) {
     data_ = load_images(vit, seed);
     auto [mu, sigma] = channel_statistics(data_.train.images);
     for (ImageDataset* part : {&data_.train, &data_.valid, &data_.test})
@@ -60,13 +60,9 @@ class VitTask : public TrainTask {
     config_.patch_size = vit.patch;
     config_.classes = int64_t(data_.train.class_names.size());
     config_.decoder_layers = 0;
-    model_ = std::make_shared<ViT>(config_, gen_);
+    build_model();
   }
 
-  Module& model() override { return *model_; }
-  ViT& vit_model() { return *model_; }
-  const ModelConfig& config() const override { return config_; }
-  Generator& model_generator() override { return gen_; }
   std::string unit() const override { return "img"; }
   const ImageSplits& data() const { return data_; }
   int64_t steps_per_epoch() const { return (data_.train.images.size(0) + vit_.batch - 1) / vit_.batch; }
@@ -144,11 +140,7 @@ class VitTask : public TrainTask {
   }
 
   VitOptions vit_;
-  ModelConfig config_;
-  Generator gen_;
-  uint64_t seed_;
   ImageSplits data_;
-  std::shared_ptr<ViT> model_;
   std::vector<int32_t> permutation_;
   int64_t permutation_epoch_ = -1;
 };
@@ -224,7 +216,7 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
     if (task.config().attention.type != "mha")
       write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names, shared_head_count(task.config()));
   }
-  return summarize("vit", task.config(), o, result, task.model().num_parameters(), double(task.vit_model().forward_macs()));
+  return summarize("vit", task.config(), o, result, task.model().num_parameters(), double(task.typed_model().forward_macs()));
 }
 
 }  // namespace headroom::examples
