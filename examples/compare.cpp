@@ -114,7 +114,9 @@ int run(const std::string& task, int argc, char** argv) {
   VitOptions vit;
   ModelOptions model;
   TrainOptions train_options;
-  train_options.steps = 1000, train_options.warmup = 100, train_options.lr = 2e-3, train_options.eval_every = 250;
+  if (task == "lm") set_lm_defaults(model, train_options);
+  if (task == "mt") set_mt_defaults(model, train_options);
+  if (task == "vit") set_vit_defaults(model, train_options);
   Flags flags("compare", "trains every attention method on one task with the same budget and tabulates the results");
   flags.add("task", &c.task, "lm | mt | vit (its own flags follow)");
   flags.add("methods", &c.methods, "comma-separated presets: mha, moa, moh75, moh50, mae");

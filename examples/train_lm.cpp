@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   LmOptions lm;
   ModelOptions model;
   TrainOptions train_options;
-  train_options.steps = 2000, train_options.warmup = 100, train_options.lr = 2e-3, train_options.ckpt_dir = "runs/lm";
+  set_lm_defaults(model, train_options);
   Flags flags("train_lm", "a byte-level language model (MHA, MoA, MoH or MAE attention)");
   add_lm_flags(flags, lm);
   add_model_flags(flags, model);

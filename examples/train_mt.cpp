@@ -13,9 +13,7 @@ int main(int argc, char** argv) {
   MtOptions mt;
   ModelOptions model;
   TrainOptions train_options;
-  train_options.steps = 3000, train_options.warmup = 200, train_options.lr = 1e-3, train_options.eval_every = 500;
-  train_options.ckpt_dir = "runs/mt";
-  model.layers = 3;
+  set_mt_defaults(model, train_options);
   Flags flags("train_mt", "English->German translation (MHA, MoA, MoH or MAE attention)");
   add_mt_flags(flags, mt);
   add_model_flags(flags, model);

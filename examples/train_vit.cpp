@@ -12,8 +12,7 @@ int main(int argc, char** argv) {
   VitOptions vit;
   ModelOptions model;
   TrainOptions train_options;
-  train_options.steps = 3000, train_options.warmup = 200, train_options.lr = 1e-3, train_options.weight_decay = 0.05;
-  train_options.eval_every = 500, train_options.ckpt_dir = "runs/vit";
+  set_vit_defaults(model, train_options);
   Flags flags("train_vit", "image classification with a ViT (MHA, MoA, MoH or MAE attention)");
   add_vit_flags(flags, vit);
   add_model_flags(flags, model);

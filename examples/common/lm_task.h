@@ -38,4 +38,8 @@ void add_lm_flags(Flags& flags, LmOptions& options);
 // the summary; prints a sample when options.generate > 0.
 RunSummary run_lm(const LmOptions& lm, const ModelOptions& model, const TrainOptions& train_options);
 
+// train_lm's and compare --task lm's defaults (beside LmOptions'): sized to
+// train in a few minutes on two CPU cores (README: Training on real data).
+void set_lm_defaults(ModelOptions& model, TrainOptions& train);
+
 }  // namespace headroom::examples

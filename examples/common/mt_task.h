@@ -26,7 +26,7 @@ struct MtOptions {
   int64_t max_bytes = 160;           // drop pairs with a longer side (bytes)
   int64_t max_tokens = 64;           // drop pairs with a longer side (tokens, after BPE)
   int64_t valid_pairs = 500, test_pairs = 1000;
-  int64_t bpe_merges = 4000;
+  int64_t bpe_merges = 2000;
   int64_t batch = 32;                // sentence pairs per step
   double label_smoothing = 0.1;
   int64_t eval_pairs = 500;          // validation pairs for the loss
@@ -41,5 +41,8 @@ void add_mt_flags(Flags& flags, MtOptions& options);
 // run_dir/test.hyp.txt, writes routing statistics and plots, and returns the
 // summary (metrics: loss, bleu, perplexity, then test_bleu).
 RunSummary run_mt(const MtOptions& mt, const ModelOptions& model, const TrainOptions& train_options);
+
+// train_mt's and compare --task mt's defaults, sized like set_lm_defaults.
+void set_mt_defaults(ModelOptions& model, TrainOptions& train);
 
 }  // namespace headroom::examples

@@ -219,4 +219,11 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
   return summarize("vit", task.config(), o, result, task.model().num_parameters(), double(task.typed_model().forward_macs()));
 }
 
+void set_vit_defaults(ModelOptions& model, TrainOptions& train) {
+  model.dim = 64, model.heads = 4, model.layers = 2, model.ffn = 128, model.dropout = 0;
+  // 860 steps of 64 images: one epoch of the 55k Fashion-MNIST training images.
+  train.steps = 860, train.warmup = 50, train.lr = 1e-3, train.weight_decay = 0.05, train.eval_every = 250;
+  train.ckpt_dir = "runs/vit";
+}
+
 }  // namespace headroom::examples

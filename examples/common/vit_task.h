@@ -38,4 +38,7 @@ void add_vit_flags(Flags& flags, VitOptions& options);
 
 RunSummary run_vit(const VitOptions& vit, const ModelOptions& model, const TrainOptions& train_options);
 
+// train_vit's and compare --task vit's defaults, sized like set_lm_defaults.
+void set_vit_defaults(ModelOptions& model, TrainOptions& train);
+
 }  // namespace headroom::examples
