@@ -134,7 +134,7 @@ TEST_CASE("train: a NaN loss stops with the step named and keeps the last good c
   CHECK(std::isfinite(result.eval[0].second));
 }
 
-TEST_CASE("train: resume refuses another model config and a missing checkpoint") {
+TEST_CASE("train: refuses another model config, a missing checkpoint, an unavailable device, a long warm-up") {
   TempDir dir("trainer_config");
   CountingTask task("mha");
   train(task, small_run(dir.file("run")));
@@ -149,6 +149,12 @@ TEST_CASE("train: resume refuses another model config and a missing checkpoint")
   TrainOptions no_dir = small_run("");
   no_dir.resume = true;
   CHECK_THROWS_HEADROOM(train(task, no_dir), "--resume and --eval-only need --ckpt DIR");
+  TrainOptions cuda = small_run("");
+  cuda.device = "cuda";
+  CHECK_THROWS_HEADROOM(train(task, cuda), "--device cuda is not available");
+  TrainOptions long_warmup = small_run("");
+  long_warmup.warmup = 12;
+  CHECK_THROWS_HEADROOM(train(task, long_warmup), "--warmup 12 must be below --steps 12");
 }
 
 TEST_CASE("json_object writes numbers, integers, strings and non-finite values") {

@@ -305,7 +305,7 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
   HEADROOM_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[train] --warmup ", o.warmup, " must be below --steps ", o.steps);
   HEADROOM_CHECK(!(o.resume || o.eval_only) || !o.ckpt_dir.empty(), "[train] --resume and --eval-only need --ckpt DIR");
   HEADROOM_CHECK(o.device == "cpu", "[train] --device ", o.device,
-                 " is not available: this build trains on the CPU (the CUDA backend is issue 5)");
+                 " is not available: this version of headroom trains on the CPU only");
   Optimization optimization(task, o);
   TrainResult result;
   if (o.resume || o.eval_only) result.first_step = resume_checkpoint(task, optimization, o);
