@@ -52,15 +52,6 @@ Tensor active_head_list(int64_t tokens, int64_t shared, const Tensor& routed_cho
   return Tensor::from_vector(heads, {tokens, shared + k});
 }
 
-// Row n * h + heads[n, j] of an [N * h] flattening, for every (n, j) in
-// row-major order of heads [N, k]: picks per-(token, head) entries.
-Tensor token_head_rows(const Tensor& heads, int64_t h) {
-  const int64_t k = heads.size(1);
-  std::vector<int32_t> rows = heads.to_vector<int32_t>();
-  for (size_t p = 0; p < rows.size(); ++p) rows[p] += int32_t(int64_t(p) / k * h);
-  return Tensor::from_vector(rows);
-}
-
 // Row token * h + head of every grouped row of the plan (segment = head).
 Tensor grouped_token_head_rows(const RoutePlan& plan) {
   std::vector<int32_t> order = plan.order.to_vector<int32_t>(), head = plan.segment.to_vector<int32_t>();
@@ -201,12 +192,13 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
   Tensor heads = routed_attention(query_rows(tokens, q, plan), kv_per_head(kv.k, h), kv_per_head(kv.v, h), plan,
                                   seq, opts);  // [N*k, d_h]
-  // Head j's share of the output is H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d].
-  Tensor projected = segment_matmul(heads, o_proj->weight.t().reshape({h, head_dim, config.dim}), plan);
-  Tensor gates = index_select(routing.gates.reshape({n * h}), 0, token_head_rows(routing.heads, h));
-  // The gates weight the rows as they are summed per token: after W_O, which
-  // is linear, so the same as gating H_j before it.
-  Tensor out = scatter_add_rows(projected, gates.reshape(routing.heads.shape()), plan);  // [N, d]
+  // Gate the head rows before W_O (as the dense path does): the gates'
+  // gradient then needs only these d_h-wide rows, not the d-wide projections.
+  Tensor row_gates = index_select(routing.gates.reshape({n * h}), 0, grouped_token_head_rows(plan));  // [N*k]
+  Tensor gated = heads * row_gates.unsqueeze(1);
+  // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d].
+  Tensor projected = segment_matmul(gated, o_proj->weight.t().reshape({h, head_dim, config.dim}), plan);
+  Tensor out = scatter_add_rows(projected, Tensor(), plan);  // [N, d]
   if (o_proj->bias.defined()) out = out + o_proj->bias;  // not gated
   return finish(routing, out.reshape({batch, seq, config.dim}));
 }

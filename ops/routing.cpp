@@ -274,7 +274,10 @@ Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const Rout
   // y_grouped: [N*k, D], gates: [N, k]  ->  out: [N, D]
   const int64_t tokens = plan.num_tokens, k = plan.k;
   Tensor out = combine_slots(y_grouped, gates, plan.position, tokens, k);
-  autograd::record(out, "scatter_add_rows", {y_grouped, gates}, {y_grouped, gates, plan.order, plan.position},
+  // y_grouped is kept only for the gates' gradient: with constant (or no)
+  // gates, backward needs the plan alone.
+  Tensor saved_y = gates.defined() && gates.requires_grad() ? y_grouped : Tensor();
+  autograd::record(out, "scatter_add_rows", {y_grouped, gates}, {saved_y, gates, plan.order, plan.position},
                    [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      const Tensor &y = s[0], &gates = s[1], &order = s[2], &position = s[3];
                      if (grads.wants(0)) grads.add(0, gather_slots(g, gates, order, k));      // [N*k, D]

@@ -233,20 +233,21 @@ void attention_forward(const AttentionProblem& p, const T* q, const T* k, const 
   }
 }
 
+int64_t backward_partials_size(const AttentionProblem& p) {
+  return p.kv_heads != p.heads ? 2 * p.batch * p.heads * p.num_keys * p.d_h : 0;
+}
+
 template <typename T>
 void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
-                        const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+                        const T* lse, const T* dout, T* dq, T* dk, T* dv, T* partials) {
   // Each group writes dK/dV of its own (b, head): straight into dk/dv when
   // every head has its own K/V, else into per-head partials summed below.
   const int64_t kv_size = p.num_keys * p.d_h;
   const bool shared_kv = p.kv_heads != p.heads;
-  std::vector<T> partial_dk, partial_dv;
-  if (shared_kv) {
-    partial_dk.assign(p.batch * p.heads * kv_size, T(0));
-    partial_dv.assign(p.batch * p.heads * kv_size, T(0));
-  }
-  T* dk_heads = shared_kv ? partial_dk.data() : dk;  // [B, h, S, d_h]
-  T* dv_heads = shared_kv ? partial_dv.data() : dv;
+  const int64_t partial_size = backward_partials_size(p) / 2;
+  if (shared_kv) std::fill(partials, partials + 2 * partial_size, T(0));
+  T* dk_heads = shared_kv ? partials : dk;  // [B, h, S, d_h]
+  T* dv_heads = shared_kv ? partials + partial_size : dv;
   std::fill(dk, dk + p.batch * p.kv_heads * kv_size, T(0));
   std::fill(dv, dv + p.batch * p.kv_heads * kv_size, T(0));
 
@@ -294,9 +295,10 @@ template void attention_forward<float>(const AttentionProblem&, const float*, co
 template void attention_forward<double>(const AttentionProblem&, const double*, const double*,
                                         const double*, double*, double*);
 template void attention_backward<float>(const AttentionProblem&, const float*, const float*, const float*,
-                                        const float*, const float*, const float*, float*, float*, float*);
+                                        const float*, const float*, const float*, float*, float*, float*,
+                                        float*);
 template void attention_backward<double>(const AttentionProblem&, const double*, const double*,
                                          const double*, const double*, const double*, const double*,
-                                         double*, double*, double*);
+                                         double*, double*, double*, double*);
 
 }  // namespace headroom::cpu

@@ -56,8 +56,13 @@ template <typename T>
 void attention_forward(const AttentionProblem& p, const T* q, const T* k, const T* v, T* out, T* lse);
 
 // dout [R, d_h] → dq [R, d_h], dk, dv [B, h_kv, S, d_h] (fully overwritten).
+// With one K/V head shared by h > 1 query heads, each head's dK and dV first
+// go to `partials` [2, B, h, S, d_h] (backward_partials_size elements, any
+// contents; null otherwise): the caller allocates it, so a large scratch block
+// comes from the tensor allocator's cache instead of fresh pages.
 template <typename T>
 void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
-                        const T* lse, const T* dout, T* dq, T* dk, T* dv);
+                        const T* lse, const T* dout, T* dq, T* dk, T* dv, T* partials);
+int64_t backward_partials_size(const AttentionProblem& p);
 
 }  // namespace headroom::cpu
