@@ -172,7 +172,7 @@ Tensor MoHAttention::query_rows(const Tensor& x, const Tensor& q, const RoutePla
                         grouped_token_head_rows(plan));
   // Head j's query is x · W_q[j·d_h : (j+1)·d_h, :]ᵀ: W_q viewed as [h, d, d_h].
   Tensor w_heads = q_proj->weight.reshape({config.heads, head_dim, config.dim}).permute({0, 2, 1});
-  Tensor rows = segment_matmul(gather_rows(x, plan), w_heads, plan);  // [N*k, d_h]
+  Tensor rows = gather_segment_matmul(x, w_heads, plan);  // [N*k, d_h]
   if (q_proj->bias.defined())
     rows = rows + index_select(q_proj->bias.reshape({config.heads, head_dim}), 0, plan.segment);
   return rows;
@@ -197,8 +197,8 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   Tensor row_gates = index_select(routing.gates.reshape({n * h}), 0, grouped_token_head_rows(plan));  // [N*k]
   Tensor gated = heads * row_gates.unsqueeze(1);
   // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d].
-  Tensor projected = segment_matmul(gated, o_proj->weight.t().reshape({h, head_dim, config.dim}), plan);
-  Tensor out = scatter_add_rows(projected, Tensor(), plan);  // [N, d]
+  Tensor w_out = o_proj->weight.t().reshape({h, head_dim, config.dim});
+  Tensor out = segment_matmul_scatter(gated, w_out, plan);  // [N, d]
   if (o_proj->bias.defined()) out = out + o_proj->bias;  // not gated
   return finish(routing, out.reshape({batch, seq, config.dim}));
 }
