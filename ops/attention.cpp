@@ -90,12 +90,11 @@ Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, con
         Tensor dq = Tensor::empty(q.shape(), q.dtype());  // [R, d_h]
         Tensor dk = Tensor::empty(k.shape(), k.dtype());  // [B, h_kv, S, d_h]
         Tensor dv = Tensor::empty(v.shape(), v.dtype());
-        Tensor partials = Tensor::empty({cpu::backward_partials_size(p)}, q.dtype());
         dispatch_floating(q.dtype(), [&](auto tag) {
           using T = decltype(tag);
           cpu::attention_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
                                      lse.data<T>(), dout.data<T>(), dq.data<T>(), dk.data<T>(),
-                                     dv.data<T>(), data_or_null<T>(partials));
+                                     dv.data<T>());
         });
         if (grads.wants(0)) grads.add(0, dq);
         if (grads.wants(1)) grads.add(1, dk);

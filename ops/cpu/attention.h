@@ -15,8 +15,9 @@
 // Forward saves the log-sum-exp of each row's scaled, masked scores (+inf for
 // a row that sees no key: its output is 0 and its gradients are 0).  Backward
 // recomputes P = exp(scores - lse) tile by tile; one thread owns a whole group
-// (its dQ rows and its slice of dK/dV), so no atomics are needed and results
-// do not depend on the thread count.
+// (its dQ rows and its slice of dK/dV; with K/V shared by all heads, every
+// group of a batch, in order), so no atomics are needed and results do not
+// depend on the thread count.
 #include <cstdint>
 #include <vector>
 
@@ -56,13 +57,8 @@ template <typename T>
 void attention_forward(const AttentionProblem& p, const T* q, const T* k, const T* v, T* out, T* lse);
 
 // dout [R, d_h] → dq [R, d_h], dk, dv [B, h_kv, S, d_h] (fully overwritten).
-// With one K/V head shared by h > 1 query heads, each head's dK and dV first
-// go to `partials` [2, B, h, S, d_h] (backward_partials_size elements, any
-// contents; null otherwise): the caller allocates it, so a large scratch block
-// comes from the tensor allocator's cache instead of fresh pages.
 template <typename T>
 void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
-                        const T* lse, const T* dout, T* dq, T* dk, T* dv, T* partials);
-int64_t backward_partials_size(const AttentionProblem& p);
+                        const T* lse, const T* dout, T* dq, T* dk, T* dv);
 
 }  // namespace headroom::cpu
