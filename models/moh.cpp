@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "headroom/autograd/grad_mode.h"
+#include "headroom/ops/matmul.h"
 #include "headroom/ops/nn.h"
 #include "headroom/ops/reduce.h"
 #include "headroom/ops/routing.h"
@@ -97,10 +98,38 @@ MoHAttention::MoHAttention(const MoHConfig& cfg, Generator& gen)
 
 // ---- routing -------------------------------------------------------------------
 
-Tensor MoHAttention::routed_scores(const Tensor& x, const Tensor& q) const {
-  if (moh_config.router == MoHConfig::Router::learned) return softmax(router_routed->forward(x), -1);
+// The learned router's logits x W_rᵀ, x W_sᵀ and x W_hᵀ, each undefined where
+// the router has no such matrix.
+struct MoHAttention::RouterLogits {
+  Tensor routed, shared, mix;
+};
+
+MoHAttention::RouterLogits MoHAttention::router_logits(const Tensor& x) const {
+  // One GEMM over the concatenated weights [E_r + h_s + 2, d]: one pass over
+  // x forward and one dX backward instead of three.
+  const std::shared_ptr<Linear> routers[] = {router_routed, router_shared, router_mix};
+  std::vector<Tensor> weights;
+  for (const auto& router : routers)
+    if (router) weights.push_back(router->weight);
+  if (weights.empty()) return {};
+  Tensor all = linear(x, weights.size() == 1 ? weights[0] : cat(weights, 0));  // [N, E_r + h_s + 2]
+  int64_t first = 0;
+  auto take = [&](const std::shared_ptr<Linear>& router) {
+    if (!router) return Tensor();
+    first += router->weight.size(0);
+    return all.narrow(1, first - router->weight.size(0), router->weight.size(0));
+  };
+  RouterLogits logits;
+  logits.routed = take(router_routed);
+  logits.shared = take(router_shared);
+  logits.mix = take(router_mix);
+  return logits;
+}
+
+Tensor MoHAttention::routed_scores(const RouterLogits& logits, const Tensor& q) const {
+  if (moh_config.router == MoHConfig::Router::learned) return softmax(logits.routed, -1);
   // qnorm: ‖q_i‖₂ of the routed heads, over their unbiased std, softmax.
-  const int64_t n = x.size(0), shared = moh_config.shared_heads;
+  const int64_t n = q.size(0) * q.size(2), shared = moh_config.shared_heads;
   Tensor routed_q = q.permute({0, 2, 1, 3}).reshape({n, config.heads, head_dim}).narrow(1, shared, routed_heads());
   Tensor norms = sqrt(maximum(sum(routed_q * routed_q, {2}), kMinSquare));  // [N, E_r]
   if (routed_heads() > 1) norms = norms / sqrt(maximum(var(norms, {1}, 1, true), kStdEps * kStdEps));
@@ -116,26 +145,27 @@ Tensor MoHAttention::routed_gates(const Tensor& r, const Tensor& mask) const {
   return selected / total * double(c.routed_k);
 }
 
-Tensor MoHAttention::shared_gates(const Tensor& x) const {
+Tensor MoHAttention::shared_gates(const RouterLogits& logits, const Tensor& x) const {
   const int64_t n = x.size(0), shared = moh_config.shared_heads;
   if (!router_shared) return Tensor::ones({n, shared}, x.dtype());  // qnorm, or the constant gate of h_s = 1
-  Tensor s = softmax(router_shared->forward(x), -1);
+  Tensor s = softmax(logits.shared, -1);
   return moh_config.scaling == MoHConfig::GateScaling::code ? s * double(shared) : s;
 }
 
 MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& q) const {
   const int64_t n = x.size(0), shared = moh_config.shared_heads, k = moh_config.routed_k;
   Routing routing;
-  Tensor g_shared = shared > 0 ? shared_gates(x) : Tensor();
+  RouterLogits logits = router_logits(x);
+  Tensor g_shared = shared > 0 ? shared_gates(logits, x) : Tensor();
   Tensor g_routed, chosen;
   if (k > 0) {
-    routing.scores = routed_scores(x, q);
+    routing.scores = routed_scores(logits, q);
     chosen = topk(routing.scores.detach(), k).indices;  // [N, K_r] in [0, E_r)
     routing.mask = k_hot(chosen, routed_heads(), x.dtype());
     g_routed = routed_gates(routing.scores, routing.mask);
   }
   if (router_mix) {  // two-stage routing: [α1, α2] balance the shared and the routed group
-    Tensor alpha = softmax(router_mix->forward(x), -1);
+    Tensor alpha = softmax(logits.mix, -1);
     if (moh_config.scaling == MoHConfig::GateScaling::code) alpha = alpha * 2.0;
     g_shared = g_shared * alpha.narrow(1, 0, 1);
     g_routed = g_routed * alpha.narrow(1, 1, 1);
