@@ -36,6 +36,12 @@ std::vector<int32_t> reference_topk(const std::vector<double>& row, int64_t k) {
   return idx;
 }
 
+// A weight gradient's slice e is exactly 0: no row used it.
+void check_zero_slice(const Tensor& grad, int64_t e) {
+  std::vector<double> slice = grad.select(0, e).to_vector<double>();
+  CHECK(std::all_of(slice.begin(), slice.end(), [](double v) { return v == 0.0; }));
+}
+
 }  // namespace
 
 // ---- route ---------------------------------------------------------------------
@@ -310,19 +316,26 @@ TEST_CASE("routing: segment_matmul matches a per-row loop; an unused weight slic
   CHECK_CLOSE(y.to_vector<double>(), want_y, 1e-12, 0.0);
   CHECK_CLOSE(x.grad().to_vector<double>(), want_dx, 1e-12, 0.0);
   CHECK_CLOSE(w.grad().to_vector<double>(), want_dw, 1e-12, 0.0);
-  std::vector<double> unused = w.grad().select(0, 2).to_vector<double>();
-  CHECK(std::all_of(unused.begin(), unused.end(), [](double v) { return v == 0.0; }));
+  check_zero_slice(w.grad(), 2);
 }
 
-TEST_CASE("routing: segment_matmul gradcheck (f64, non-contiguous x and W, an empty segment)") {
-  RoutePlan plan = route(Tensor::from_vector<int32_t>({0, 2, 2, 0, 3, 2}, {3, 2}), 4);
-  Tensor x_t = param({3, 6}, 4);     // x = x_tᵀ: [6, 3]
+TEST_CASE("routing: segment_matmul and its gather / scatter forms: gradchecks (f64, non-contiguous)") {
+  // Token 1 picks segment 2 twice; segment 1 is empty.
+  RoutePlan plan = route(Tensor::from_vector<int32_t>({0, 2, 2, 2, 3, 0}, {3, 2}), 4);
   Tensor w_p = param({4, 2, 3}, 5);  // W = permuted: [4, 3, 2]
-  auto fn = [&](const std::vector<Tensor>& in) {
-    return segment_matmul(in[0].t(), in[1].transpose(1, 2), plan);
-  };
-  auto r = gradcheck(fn, {x_t, w_p});
-  CHECK_MESSAGE(r.ok, r.message);
+  using Op = Tensor (*)(const Tensor&, const Tensor&, const RoutePlan&);
+  const struct {
+    const char* name;
+    Op op;
+    Tensor x_t;  // x = x_tᵀ
+  } cases[] = {{"segment_matmul", segment_matmul, param({3, 6}, 4)},
+               {"gather_segment_matmul", gather_segment_matmul, param({3, 3}, 6)},
+               {"segment_matmul_scatter", segment_matmul_scatter, param({3, 6}, 7)}};
+  for (const auto& c : cases) {
+    auto fn = [&](const std::vector<Tensor>& in) { return c.op(in[0].t(), in[1].transpose(1, 2), plan); };
+    auto r = gradcheck(fn, {c.x_t, w_p});
+    CHECK_MESSAGE(r.ok, (std::string(c.name) + ": " + r.message));
+  }
 }
 
 TEST_CASE("routing: segment_matmul errors") {
@@ -390,45 +403,7 @@ TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-r
   CHECK_CLOSE(scattered.to_vector<double>(), want_s, 1e-12, 0.0);
   CHECK_CLOSE(y.grad().to_vector<double>(), want_sdy, 1e-12, 0.0);
   CHECK_CLOSE(w.grad().to_vector<double>(), want_sdw, 1e-12, 0.0);
-  std::vector<double> unused = w.grad().select(0, 2).to_vector<double>();
-  CHECK(std::all_of(unused.begin(), unused.end(), [](double v) { return v == 0.0; }));
-}
-
-TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter gradchecks (f64, non-contiguous)") {
-  // Token 1 picks segment 2 twice; segment 1 is empty.
-  RoutePlan plan = route(Tensor::from_vector<int32_t>({0, 2, 2, 2, 3, 0}, {3, 2}), 4);
-  Tensor x_t = param({4, 3}, 4);     // x = x_tᵀ: [3, 4]
-  Tensor y_t = param({4, 6}, 5);     // y = y_tᵀ: [6, 4]
-  Tensor w_p = param({4, 2, 4}, 6);  // W = permuted: [4, 4, 2]
-  auto gathered = [&](const std::vector<Tensor>& in) {
-    return gather_segment_matmul(in[0].t(), in[1].transpose(1, 2), plan);
-  };
-  auto r = gradcheck(gathered, {x_t, w_p});
-  CHECK_MESSAGE(r.ok, r.message);
-  auto scattered = [&](const std::vector<Tensor>& in) {
-    return segment_matmul_scatter(in[0].t(), in[1].transpose(1, 2), plan);
-  };
-  r = gradcheck(scattered, {y_t, w_p});
-  CHECK_MESSAGE(r.ok, r.message);
-}
-
-TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter are deterministic across thread counts") {
-  RoutePlan plan = fused_case_plan();
-  auto run = [&] {
-    Tensor x = param({plan.num_tokens, 40}, 1, DType::f32), y = param({plan.rows(), 40}, 2, DType::f32);
-    Tensor w = param({4, 40, 24}, 3, DType::f32);
-    Tensor a = gather_segment_matmul(x, w, plan), b = segment_matmul_scatter(y, w, plan);
-    (sum(a) + sum(b)).backward();
-    return std::vector<std::vector<float>>{a.to_vector<float>(), b.to_vector<float>(), x.grad().to_vector<float>(),
-                                           y.grad().to_vector<float>(), w.grad().to_vector<float>()};
-  };
-  const int threads = num_threads();
-  set_num_threads(1);
-  auto one_thread = run();
-  set_num_threads(2);
-  auto two_threads = run();
-  set_num_threads(threads);
-  CHECK(one_thread == two_threads);
+  check_zero_slice(w.grad(), 2);
 }
 
 TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter errors") {
@@ -567,9 +542,13 @@ TEST_CASE("routing: a larger MoE layer runs the parallel paths, matches the loop
     RoutePlan plan = route(random_indices(big.tokens, big.k, big.experts, 3), big.experts);
     Tensor gates = param({big.tokens, big.k}, 4, DType::f32);
     Tensor out = scatter_add_rows(segment_matmul(gather_rows(x, plan), w, plan), gates, plan);
-    out.backward(Tensor::ones(out.shape()));
-    return std::vector<std::vector<float>>{out.to_vector<float>(), x.grad().to_vector<float>(),
-                                           w.grad().to_vector<float>(), gates.grad().to_vector<float>()};
+    // The fused forms too: two token blocks, several experts' tiles at once.
+    Tensor w_out = param({big.experts, big.hidden, big.dim}, 5, DType::f32);
+    Tensor fused = segment_matmul_scatter(gather_segment_matmul(x, w, plan), w_out, plan);
+    (sum(out) + sum(fused)).backward();
+    return std::vector<std::vector<float>>{out.to_vector<float>(),   fused.to_vector<float>(),
+                                           x.grad().to_vector<float>(), w.grad().to_vector<float>(),
+                                           w_out.grad().to_vector<float>(), gates.grad().to_vector<float>()};
   };
   // Fixed-order reductions: the same bits on one thread and on two.
   const int threads = num_threads();
