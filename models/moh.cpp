@@ -116,8 +116,9 @@ MoHAttention::RouterLogits MoHAttention::router_logits(const Tensor& x) const {
   int64_t first = 0;
   auto take = [&](const std::shared_ptr<Linear>& router) {
     if (!router) return Tensor();
-    first += router->weight.size(0);
-    return all.narrow(1, first - router->weight.size(0), router->weight.size(0));
+    const int64_t rows = router->weight.size(0);
+    first += rows;
+    return all.narrow(1, first - rows, rows);
   };
   RouterLogits logits;
   logits.routed = take(router_routed);

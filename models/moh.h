@@ -33,8 +33,9 @@
 //
 // Two forward paths with equal outputs and gradients:
 //   forward()                  computes only the (token, head) pairs that are
-//                              active: Q rows per head (grouped GEMM), routed
-//                              attention, O per head, weighted scatter-add.
+//                              active: Q rows per head (grouped GEMM reading
+//                              x through the plan), routed attention, gated
+//                              head rows through O per head, summed per token.
 //                              K and V are computed for every head and token.
 //   forward_dense_reference()  every head, then gates before W_O (the
 //                              official code's computation).
