@@ -117,11 +117,15 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
                       NoGradGuard g;
                       return max_difference(moh->forward(in).out, moh->forward_dense_reference(in).out);
                     },
-                    [moh](const Tensor& x) {  // the learned router of §3.3: three small GEMMs, softmax, top-k, plan
+                    [moh](const Tensor& x) {  // the learned router of §3.3 as the layer runs it: one GEMM
+                      // over the three concatenated router matrices, softmaxes, top-k, plan
                       Tensor rows = x.reshape({-1, x.size(-1)});
-                      TopK top = topk(softmax(linear(rows, moh->router_routed->weight), -1), moh->moh_config.routed_k);
-                      softmax(linear(rows, moh->router_shared->weight), -1);
-                      softmax(linear(rows, moh->router_mix->weight), -1);
+                      const int64_t routed = moh->routed_heads(), shared = moh->moh_config.shared_heads;
+                      Tensor logits = linear(rows, cat({moh->router_routed->weight, moh->router_shared->weight,
+                                                        moh->router_mix->weight}, 0));
+                      TopK top = topk(softmax(logits.narrow(1, 0, routed), -1), moh->moh_config.routed_k);
+                      softmax(logits.narrow(1, routed, shared), -1);
+                      softmax(logits.narrow(1, routed + shared, 2), -1);
                       route(top.indices, moh->config.heads);
                     }});
   }

@@ -196,10 +196,12 @@ AttentionOutput MoAAttention::finish(const Prepared& p, const Tensor& out_rows) 
 AttentionOutput MoAAttention::forward(const AttentionInput& in) {
   Prepared p = prepare(in);
   RoutePlan plan = route(p.routing.indices, config.num_experts);
-  Tensor q_rows = q_proj->forward(gather_rows(p.x_rows, plan), plan);                 // [N*k, d_h]
+  Tensor q_rows = gather_segment_matmul(p.x_rows, q_proj->weight, plan);             // [N*k, d_h]
   Tensor heads = routed_attention(q_rows, p.kv.k, p.kv.v, plan, p.seq_len, p.opts);  // [N*k, d_h]
-  Tensor y_rows = o_proj->forward(heads, plan);                                      // [N*k, d]
-  return finish(p, scatter_add_rows(y_rows, p.routing.gates, plan));                 // [N, d]
+  // Gate the rows before W_o (linear, so the same sum): the gates' gradient
+  // then needs only these d_h-wide rows, not the d-wide projections.
+  Tensor row_gates = index_select(p.routing.gates.reshape({plan.rows()}), 0, plan.order);  // [N*k]
+  return finish(p, segment_matmul_scatter(heads * row_gates.unsqueeze(1), o_proj->weight, plan));  // [N, d]
 }
 
 AttentionOutput MoAAttention::forward_dense_reference(const AttentionInput& in) {

@@ -12,8 +12,8 @@
 //   y_t = Σ_j g_tj · softmax(x_t W_q^e (K)ᵀ / √d_h + mask) V W_o^e     (e = e_tj)
 //
 // Only the N·k selected (token, expert) pairs are computed: they travel
-// through a route plan (ops/routing.h) as gather_rows → segment_matmul(W_q) →
-// routed_attention → segment_matmul(W_o) → scatter_add_rows(gates).
+// through a route plan (ops/routing.h) as gather_segment_matmul(x, W_q) →
+// routed_attention → gate the rows → segment_matmul_scatter(W_o).
 //
 // Pads (AttentionInput::query_padding): their router row p is 0, so their k
 // slots get gate 0.  They keep their rows in the plan (a plan has k rows per

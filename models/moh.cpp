@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "headroom/autograd/grad_mode.h"
+#include "headroom/ops/matmul.h"
 #include "headroom/ops/nn.h"
 #include "headroom/ops/reduce.h"
 #include "headroom/ops/routing.h"
@@ -52,15 +53,6 @@ Tensor active_head_list(int64_t tokens, int64_t shared, const Tensor& routed_cho
   return Tensor::from_vector(heads, {tokens, shared + k});
 }
 
-// Row n * h + heads[n, j] of an [N * h] flattening, for every (n, j) in
-// row-major order of heads [N, k]: picks per-(token, head) entries.
-Tensor token_head_rows(const Tensor& heads, int64_t h) {
-  const int64_t k = heads.size(1);
-  std::vector<int32_t> rows = heads.to_vector<int32_t>();
-  for (size_t p = 0; p < rows.size(); ++p) rows[p] += int32_t(int64_t(p) / k * h);
-  return Tensor::from_vector(rows);
-}
-
 // Row token * h + head of every grouped row of the plan (segment = head).
 Tensor grouped_token_head_rows(const RoutePlan& plan) {
   std::vector<int32_t> order = plan.order.to_vector<int32_t>(), head = plan.segment.to_vector<int32_t>();
@@ -106,10 +98,39 @@ MoHAttention::MoHAttention(const MoHConfig& cfg, Generator& gen)
 
 // ---- routing -------------------------------------------------------------------
 
-Tensor MoHAttention::routed_scores(const Tensor& x, const Tensor& q) const {
-  if (moh_config.router == MoHConfig::Router::learned) return softmax(router_routed->forward(x), -1);
+// The learned router's logits x W_rᵀ, x W_sᵀ and x W_hᵀ, each undefined where
+// the router has no such matrix.
+struct MoHAttention::RouterLogits {
+  Tensor routed, shared, mix;
+};
+
+MoHAttention::RouterLogits MoHAttention::router_logits(const Tensor& x) const {
+  // One GEMM over the concatenated weights [E_r + h_s + 2, d]: one pass over
+  // x forward and one dX backward instead of three.
+  const std::shared_ptr<Linear> routers[] = {router_routed, router_shared, router_mix};
+  std::vector<Tensor> weights;
+  for (const auto& router : routers)
+    if (router) weights.push_back(router->weight);
+  if (weights.empty()) return {};
+  Tensor all = linear(x, weights.size() == 1 ? weights[0] : cat(weights, 0));  // [N, E_r + h_s + 2]
+  int64_t first = 0;
+  auto take = [&](const std::shared_ptr<Linear>& router) {
+    if (!router) return Tensor();
+    const int64_t rows = router->weight.size(0);
+    first += rows;
+    return all.narrow(1, first - rows, rows);
+  };
+  RouterLogits logits;
+  logits.routed = take(router_routed);
+  logits.shared = take(router_shared);
+  logits.mix = take(router_mix);
+  return logits;
+}
+
+Tensor MoHAttention::routed_scores(const RouterLogits& logits, const Tensor& q) const {
+  if (moh_config.router == MoHConfig::Router::learned) return softmax(logits.routed, -1);
   // qnorm: ‖q_i‖₂ of the routed heads, over their unbiased std, softmax.
-  const int64_t n = x.size(0), shared = moh_config.shared_heads;
+  const int64_t n = q.size(0) * q.size(2), shared = moh_config.shared_heads;
   Tensor routed_q = q.permute({0, 2, 1, 3}).reshape({n, config.heads, head_dim}).narrow(1, shared, routed_heads());
   Tensor norms = sqrt(maximum(sum(routed_q * routed_q, {2}), kMinSquare));  // [N, E_r]
   if (routed_heads() > 1) norms = norms / sqrt(maximum(var(norms, {1}, 1, true), kStdEps * kStdEps));
@@ -125,26 +146,27 @@ Tensor MoHAttention::routed_gates(const Tensor& r, const Tensor& mask) const {
   return selected / total * double(c.routed_k);
 }
 
-Tensor MoHAttention::shared_gates(const Tensor& x) const {
+Tensor MoHAttention::shared_gates(const RouterLogits& logits, const Tensor& x) const {
   const int64_t n = x.size(0), shared = moh_config.shared_heads;
   if (!router_shared) return Tensor::ones({n, shared}, x.dtype());  // qnorm, or the constant gate of h_s = 1
-  Tensor s = softmax(router_shared->forward(x), -1);
+  Tensor s = softmax(logits.shared, -1);
   return moh_config.scaling == MoHConfig::GateScaling::code ? s * double(shared) : s;
 }
 
 MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& q) const {
   const int64_t n = x.size(0), shared = moh_config.shared_heads, k = moh_config.routed_k;
   Routing routing;
-  Tensor g_shared = shared > 0 ? shared_gates(x) : Tensor();
+  RouterLogits logits = router_logits(x);
+  Tensor g_shared = shared > 0 ? shared_gates(logits, x) : Tensor();
   Tensor g_routed, chosen;
   if (k > 0) {
-    routing.scores = routed_scores(x, q);
+    routing.scores = routed_scores(logits, q);
     chosen = topk(routing.scores.detach(), k).indices;  // [N, K_r] in [0, E_r)
     routing.mask = k_hot(chosen, routed_heads(), x.dtype());
     g_routed = routed_gates(routing.scores, routing.mask);
   }
   if (router_mix) {  // two-stage routing: [α1, α2] balance the shared and the routed group
-    Tensor alpha = softmax(router_mix->forward(x), -1);
+    Tensor alpha = softmax(logits.mix, -1);
     if (moh_config.scaling == MoHConfig::GateScaling::code) alpha = alpha * 2.0;
     g_shared = g_shared * alpha.narrow(1, 0, 1);
     g_routed = g_routed * alpha.narrow(1, 1, 1);
@@ -181,7 +203,7 @@ Tensor MoHAttention::query_rows(const Tensor& x, const Tensor& q, const RoutePla
                         grouped_token_head_rows(plan));
   // Head j's query is x · W_q[j·d_h : (j+1)·d_h, :]ᵀ: W_q viewed as [h, d, d_h].
   Tensor w_heads = q_proj->weight.reshape({config.heads, head_dim, config.dim}).permute({0, 2, 1});
-  Tensor rows = segment_matmul(gather_rows(x, plan), w_heads, plan);  // [N*k, d_h]
+  Tensor rows = gather_segment_matmul(x, w_heads, plan);  // [N*k, d_h]
   if (q_proj->bias.defined())
     rows = rows + index_select(q_proj->bias.reshape({config.heads, head_dim}), 0, plan.segment);
   return rows;
@@ -201,12 +223,13 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
   Tensor heads = routed_attention(query_rows(tokens, q, plan), kv_per_head(kv.k, h), kv_per_head(kv.v, h), plan,
                                   seq, opts);  // [N*k, d_h]
-  // Head j's share of the output is H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d].
-  Tensor projected = segment_matmul(heads, o_proj->weight.t().reshape({h, head_dim, config.dim}), plan);
-  Tensor gates = index_select(routing.gates.reshape({n * h}), 0, token_head_rows(routing.heads, h));
-  // The gates weight the rows as they are summed per token: after W_O, which
-  // is linear, so the same as gating H_j before it.
-  Tensor out = scatter_add_rows(projected, gates.reshape(routing.heads.shape()), plan);  // [N, d]
+  // Gate the head rows before W_O (as the dense path does): the gates'
+  // gradient then needs only these d_h-wide rows, not the d-wide projections.
+  Tensor row_gates = index_select(routing.gates.reshape({n * h}), 0, grouped_token_head_rows(plan));  // [N*k]
+  Tensor gated = heads * row_gates.unsqueeze(1);
+  // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d].
+  Tensor w_out = o_proj->weight.t().reshape({h, head_dim, config.dim});
+  Tensor out = segment_matmul_scatter(gated, w_out, plan);  // [N, d]
   if (o_proj->bias.defined()) out = out + o_proj->bias;  // not gated
   return finish(routing, out.reshape({batch, seq, config.dim}));
 }

@@ -33,8 +33,9 @@
 //
 // Two forward paths with equal outputs and gradients:
 //   forward()                  computes only the (token, head) pairs that are
-//                              active: Q rows per head (grouped GEMM), routed
-//                              attention, O per head, weighted scatter-add.
+//                              active: Q rows per head (grouped GEMM reading
+//                              x through the plan), routed attention, gated
+//                              head rows through O per head, summed per token.
 //                              K and V are computed for every head and token.
 //   forward_dense_reference()  every head, then gates before W_O (the
 //                              official code's computation).
@@ -85,11 +86,13 @@ class MoHAttention : public MultiHeadAttention {
 
  private:
   struct Routing;
+  struct RouterLogits;
   // x: [N, d]; q: [B, h, T, d_h] for qnorm, else undefined.
   Routing route_tokens(const Tensor& x, const Tensor& q) const;
-  Tensor routed_scores(const Tensor& x, const Tensor& q) const;  // r [N, E_r]
+  RouterLogits router_logits(const Tensor& x) const;
+  Tensor routed_scores(const RouterLogits& logits, const Tensor& q) const;  // r [N, E_r]
   Tensor routed_gates(const Tensor& r, const Tensor& mask) const;
-  Tensor shared_gates(const Tensor& x) const;
+  Tensor shared_gates(const RouterLogits& logits, const Tensor& x) const;
   Tensor query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan) const;
   Tensor load_balance(const Routing& routing) const;
   AttentionOutput finish(const Routing& routing, const Tensor& out) const;

@@ -120,35 +120,89 @@ Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, in
   return out;
 }
 
-// The grouped GEMM on segments given by offsets [E + 1]:
+// An operand of the grouped GEMMs: rows [R, width] in grouped order, or (with
+// order) token rows [N, width] read through a plan's order, k slots per token.
+struct Rows {
+  Rows(Tensor rows, Tensor gather_order = Tensor(), int64_t slots = 1)
+      : data(std::move(rows)), order(std::move(gather_order)), k(slots) {}
+  Tensor data;
+  Tensor order;
+  int64_t k;
+};
+
+template <typename T>
+cpu::GroupedRows<T> grouped_rows(const Rows& x) {
+  return {x.data.data<T>(), x.data.size(1), data_or_null<int32_t>(x.order), x.k};
+}
+
+// The grouped GEMM on segments given by offsets [E + 1], w: [E, in, out]:
 //   x: [R, in] -> x[seg e] · w[e]: [R, out];  transpose_w: x: [R, out] -> x[seg e] · w[e]ᵀ: [R, in]
-Tensor segment_gemm(const Tensor& x, const Tensor& w, const Tensor& offsets, bool transpose_w) {
+Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64_t rows, bool transpose_w) {
   const int64_t in = w.size(1), out_features = w.size(2);
-  const Shape out_shape = {x.size(0), transpose_w ? in : out_features};
+  const Shape out_shape = {rows, transpose_w ? in : out_features};
   // BLAS rejects zero leading dimensions; an empty product is all zeros.
-  if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, x.dtype());
-  Tensor out = Tensor::empty(out_shape, x.dtype());  // the segments cover every row
-  Tensor a = x.contiguous(), b = w.contiguous();
-  dispatch_floating(x.dtype(), [&](auto zero) {
+  if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, w.dtype());
+  Tensor out = Tensor::empty(out_shape, w.dtype());  // the segments cover every row
+  Rows a{x.data.contiguous(), x.order, x.k};
+  Tensor b = w.contiguous();
+  dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::segment_matmul<T>(a.data<T>(), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features,
+    cpu::segment_matmul<T>(grouped_rows<T>(a), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features,
                            transpose_w, out.data<T>());
   });
   return out;
 }
 
-// dw[e] = x[seg e]ᵀ · dy[seg e]: [E, in, out], zero for empty segments.
-Tensor segment_gemm_weight_grad(const Tensor& x, const Tensor& dy, const Tensor& offsets,
-                                const Shape& w_shape) {
-  if (shape_numel(w_shape) == 0) return Tensor::zeros(w_shape, x.dtype());
-  Tensor dw = Tensor::empty(w_shape, x.dtype());  // the kernel zeroes slices no row uses
-  Tensor a = x.contiguous(), b = dy.contiguous();
-  dispatch_floating(x.dtype(), [&](auto zero) {
+// Its transpose over tokens: y: [R, in] -> out[t] = Σ of y[r] · w[seg r] over
+// the rows r of token t (transpose_w: y: [R, out], w[e]ᵀ) -> [tokens, out or in].
+Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offsets, const Tensor& order, int64_t k,
+                            int64_t tokens, bool transpose_w) {
+  const int64_t in = w.size(1), out_features = w.size(2);
+  const Shape out_shape = {tokens, transpose_w ? in : out_features};
+  if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, w.dtype());
+  Tensor out = Tensor::empty(out_shape, w.dtype());  // every token row is written
+  Tensor a = y.contiguous(), b = w.contiguous();
+  dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::segment_matmul_weight_grad<T>(a.data<T>(), b.data<T>(), offsets.data<int32_t>(), w_shape[0],
+    cpu::segment_matmul_scatter<T>(a.data<T>(), order.data<int32_t>(), k, offsets.data<int32_t>(), w.size(0),
+                                   b.data<T>(), in, out_features, transpose_w, tokens, out.data<T>());
+  });
+  return out;
+}
+
+// dw[e] = x[seg e]ᵀ · dy[seg e]: [E, in, out], zero for empty segments.
+Tensor segment_gemm_weight_grad(const Rows& x, const Rows& dy, const Tensor& offsets, const Shape& w_shape) {
+  if (shape_numel(w_shape) == 0) return Tensor::zeros(w_shape, dy.data.dtype());
+  Tensor dw = Tensor::empty(w_shape, dy.data.dtype());  // the kernel zeroes slices no row uses
+  Rows a{x.data.contiguous(), x.order, x.k}, b{dy.data.contiguous(), dy.order, dy.k};
+  dispatch_floating(dw.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::segment_matmul_weight_grad<T>(grouped_rows<T>(a), grouped_rows<T>(b), offsets.data<int32_t>(), w_shape[0],
                                        w_shape[1], w_shape[2], dw.data<T>());
   });
   return dw;
+}
+
+// The checks every grouped GEMM makes: x floating, weight [E, in, out] of
+// x's dtype with E = plan.num_segments.
+void check_segment_weight(const char* op, const Tensor& x, const char* x_name, const Tensor& weight,
+                          const RoutePlan& plan) {
+  check_cpu(op, {x, weight});
+  check_floating(op, x, x_name);
+  check_dtype(op, weight, x.dtype(), "weight");
+  check_plan(op, plan);
+  HEADROOM_CHECK(weight.dim() == 3, "[", op, "] expected weights of shape [E, in, out], got ",
+                 shape_str(weight.shape()));
+  HEADROOM_CHECK(weight.size(0) == plan.num_segments, "[", op, "] the plan has ", plan.num_segments,
+                 " segments but weights have shape ", shape_str(weight.shape()));
+}
+
+// x must be [rows, width].
+void check_rows(const char* op, const Tensor& x, const char* x_name, int64_t rows, int64_t width,
+                const char* rows_meaning, const Tensor& weight) {
+  HEADROOM_CHECK(x.dim() == 2 && x.size(0) == rows && x.size(1) == width, "[", op, "] expected ", x_name,
+                 " of shape (", rows, ",", width, ") for a plan of ", rows, " ", rows_meaning,
+                 " and weights of shape ", shape_str(weight.shape()), ", got ", shape_str(x.shape()));
 }
 
 }  // namespace
@@ -274,7 +328,10 @@ Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const Rout
   // y_grouped: [N*k, D], gates: [N, k]  ->  out: [N, D]
   const int64_t tokens = plan.num_tokens, k = plan.k;
   Tensor out = combine_slots(y_grouped, gates, plan.position, tokens, k);
-  autograd::record(out, "scatter_add_rows", {y_grouped, gates}, {y_grouped, gates, plan.order, plan.position},
+  // y_grouped is kept only for the gates' gradient: with constant (or no)
+  // gates, backward needs the plan alone.
+  Tensor saved_y = gates.defined() && gates.requires_grad() ? y_grouped : Tensor();
+  autograd::record(out, "scatter_add_rows", {y_grouped, gates}, {saved_y, gates, plan.order, plan.position},
                    [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      const Tensor &y = s[0], &gates = s[1], &order = s[2], &position = s[3];
                      if (grads.wants(0)) grads.add(0, gather_slots(g, gates, order, k));      // [N*k, D]
@@ -283,31 +340,58 @@ Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const Rout
   return out;
 }
 
-// ---- segment_matmul ------------------------------------------------------------
+// ---- segment_matmul and its gather / scatter forms ----------------------------------
 
 Tensor segment_matmul(const Tensor& x_grouped, const Tensor& weight, const RoutePlan& plan) {
-  check_cpu("segment_matmul", {x_grouped, weight});
-  check_floating("segment_matmul", x_grouped, "x_grouped");
-  check_dtype("segment_matmul", weight, x_grouped.dtype(), "weight");
-  check_plan("segment_matmul", plan);
-  HEADROOM_CHECK(weight.dim() == 3, "[segment_matmul] expected weights of shape [E, in, out], got ",
-                 shape_str(weight.shape()));
-  HEADROOM_CHECK(weight.size(0) == plan.num_segments, "[segment_matmul] the plan has ", plan.num_segments,
-                 " segments but weights have shape ", shape_str(weight.shape()));
-  HEADROOM_CHECK(
-      x_grouped.dim() == 2 && x_grouped.size(0) == plan.rows() && x_grouped.size(1) == weight.size(1),
-      "[segment_matmul] expected x_grouped of shape (", plan.rows(), ",", weight.size(1), ") for a plan of ",
-      plan.rows(), " grouped rows and weights of shape ", shape_str(weight.shape()), ", got ",
-      shape_str(x_grouped.shape()));
+  const char* op = "segment_matmul";
+  check_segment_weight(op, x_grouped, "x_grouped", weight, plan);
+  check_rows(op, x_grouped, "x_grouped", plan.rows(), weight.size(1), "grouped rows", weight);
   // x: [N*k, in], w: [E, in, out]  ->  y: [N*k, out]
-  Tensor y = segment_gemm(x_grouped, weight, plan.offsets, /*transpose_w=*/false);
-  autograd::record(y, "segment_matmul", {x_grouped, weight}, {x_grouped, weight, plan.offsets},
-                   [](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+  const int64_t rows = plan.rows();
+  Tensor y = segment_gemm({x_grouped}, weight, plan.offsets, rows, /*transpose_w=*/false);
+  autograd::record(y, op, {x_grouped, weight}, {x_grouped, weight, plan.offsets},
+                   [rows](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      const Tensor &x = s[0], &w = s[1], &offsets = s[2];  // g: [N*k, out]
-                     if (grads.wants(0)) grads.add(0, segment_gemm(g, w, offsets, /*transpose_w=*/true));
-                     if (grads.wants(1)) grads.add(1, segment_gemm_weight_grad(x, g, offsets, w.shape()));
+                     if (grads.wants(0)) grads.add(0, segment_gemm({g}, w, offsets, rows, /*transpose_w=*/true));
+                     if (grads.wants(1)) grads.add(1, segment_gemm_weight_grad({x}, {g}, offsets, w.shape()));
                    });
   return y;
+}
+
+Tensor gather_segment_matmul(const Tensor& x, const Tensor& weight, const RoutePlan& plan) {
+  const char* op = "gather_segment_matmul";
+  check_segment_weight(op, x, "x", weight, plan);
+  check_rows(op, x, "x", plan.num_tokens, weight.size(1), "tokens", weight);
+  // x: [N, in], w: [E, in, out]  ->  y: [N*k, out]
+  const int64_t rows = plan.rows(), tokens = plan.num_tokens, k = plan.k;
+  Tensor y = segment_gemm({x, plan.order, k}, weight, plan.offsets, rows, /*transpose_w=*/false);
+  autograd::record(y, op, {x, weight}, {x, weight, plan.offsets, plan.order},
+                   [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     const Tensor &x = s[0], &w = s[1], &offsets = s[2], &order = s[3];  // g: [N*k, out]
+                     if (grads.wants(0))
+                       grads.add(0, segment_gemm_scatter(g, w, offsets, order, k, tokens, /*transpose_w=*/true));
+                     if (grads.wants(1))
+                       grads.add(1, segment_gemm_weight_grad({x, order, k}, {g}, offsets, w.shape()));
+                   });
+  return y;
+}
+
+Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, const RoutePlan& plan) {
+  const char* op = "segment_matmul_scatter";
+  check_segment_weight(op, y_grouped, "y_grouped", weight, plan);
+  check_rows(op, y_grouped, "y_grouped", plan.rows(), weight.size(1), "grouped rows", weight);
+  // y: [N*k, in], w: [E, in, out]  ->  out: [N, out]
+  const int64_t rows = plan.rows(), tokens = plan.num_tokens, k = plan.k;
+  Tensor out = segment_gemm_scatter(y_grouped, weight, plan.offsets, plan.order, k, tokens, /*transpose_w=*/false);
+  autograd::record(out, op, {y_grouped, weight}, {y_grouped, weight, plan.offsets, plan.order},
+                   [rows, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     const Tensor &y = s[0], &w = s[1], &offsets = s[2], &order = s[3];  // g: [N, out]
+                     if (grads.wants(0))
+                       grads.add(0, segment_gemm({g, order, k}, w, offsets, rows, /*transpose_w=*/true));
+                     if (grads.wants(1))
+                       grads.add(1, segment_gemm_weight_grad({y}, {g, order, k}, offsets, w.shape()));
+                   });
+  return out;
 }
 
 }  // namespace headroom

@@ -80,4 +80,20 @@ Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const Rout
 // segment, segments in parallel.
 Tensor segment_matmul(const Tensor& x_grouped, const Tensor& weight, const RoutePlan& plan);
 
+// The grouped GEMM fused with the row moves around it, so no [N*k, D] copy
+// of token rows is made or kept for backward (performance.md §9.3):
+//
+// segment_matmul(gather_rows(x, plan), weight, plan) without the gathered
+// copy.  x: [N, in] -> [N*k, out].  The CPU kernel gathers tiles of rows into
+// a per-thread buffer before each GEMM; backward saves x, not the gathered
+// rows, and sums each token's dX rows in segment order.
+Tensor gather_segment_matmul(const Tensor& x, const Tensor& weight, const RoutePlan& plan);
+
+// scatter_add_rows(segment_matmul(y_grouped, weight, plan), {}, plan) without
+// the [N*k, out] products.  y_grouped: [N*k, in] -> [N, out]; out[t] sums the
+// products of token t's rows in segment order (not slot order), per block of
+// tokens, so results do not depend on the thread count.  Backward gathers
+// dout's rows tile by tile.
+Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, const RoutePlan& plan);
+
 }  // namespace headroom

@@ -1,11 +1,12 @@
 // The routing family: route(), topk, index_select, gather_rows,
-// scatter_add_rows and segment_matmul.  Every op is checked against a plain
+// scatter_add_rows, segment_matmul and its gather / scatter forms.  Every op is checked against a plain
 // per-token, per-slot loop (outputs and all gradients, gates included), by
 // gradcheck in f64, on the edge cases of design.md §10 (an empty expert, all
 // tokens on one expert, k == E, a single token), and for its error messages.
 #include <algorithm>
 #include <numeric>
 
+#include "headroom/ops/reduce.h"
 #include "headroom/ops/routing.h"
 #include "helpers.h"
 
@@ -33,6 +34,12 @@ std::vector<int32_t> reference_topk(const std::vector<double>& row, int64_t k) {
   std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
   idx.resize(k);
   return idx;
+}
+
+// A weight gradient's slice e is exactly 0: no row used it.
+void check_zero_slice(const Tensor& grad, int64_t e) {
+  std::vector<double> slice = grad.select(0, e).to_vector<double>();
+  CHECK(std::all_of(slice.begin(), slice.end(), [](double v) { return v == 0.0; }));
 }
 
 }  // namespace
@@ -309,19 +316,26 @@ TEST_CASE("routing: segment_matmul matches a per-row loop; an unused weight slic
   CHECK_CLOSE(y.to_vector<double>(), want_y, 1e-12, 0.0);
   CHECK_CLOSE(x.grad().to_vector<double>(), want_dx, 1e-12, 0.0);
   CHECK_CLOSE(w.grad().to_vector<double>(), want_dw, 1e-12, 0.0);
-  std::vector<double> unused = w.grad().select(0, 2).to_vector<double>();
-  CHECK(std::all_of(unused.begin(), unused.end(), [](double v) { return v == 0.0; }));
+  check_zero_slice(w.grad(), 2);
 }
 
-TEST_CASE("routing: segment_matmul gradcheck (f64, non-contiguous x and W, an empty segment)") {
-  RoutePlan plan = route(Tensor::from_vector<int32_t>({0, 2, 2, 0, 3, 2}, {3, 2}), 4);
-  Tensor x_t = param({3, 6}, 4);     // x = x_tᵀ: [6, 3]
+TEST_CASE("routing: segment_matmul and its gather / scatter forms: gradchecks (f64, non-contiguous)") {
+  // Token 1 picks segment 2 twice; segment 1 is empty.
+  RoutePlan plan = route(Tensor::from_vector<int32_t>({0, 2, 2, 2, 3, 0}, {3, 2}), 4);
   Tensor w_p = param({4, 2, 3}, 5);  // W = permuted: [4, 3, 2]
-  auto fn = [&](const std::vector<Tensor>& in) {
-    return segment_matmul(in[0].t(), in[1].transpose(1, 2), plan);
-  };
-  auto r = gradcheck(fn, {x_t, w_p});
-  CHECK_MESSAGE(r.ok, r.message);
+  using Op = Tensor (*)(const Tensor&, const Tensor&, const RoutePlan&);
+  const struct {
+    const char* name;
+    Op op;
+    Tensor x_t;  // x = x_tᵀ
+  } cases[] = {{"segment_matmul", segment_matmul, param({3, 6}, 4)},
+               {"gather_segment_matmul", gather_segment_matmul, param({3, 3}, 6)},
+               {"segment_matmul_scatter", segment_matmul_scatter, param({3, 6}, 7)}};
+  for (const auto& c : cases) {
+    auto fn = [&](const std::vector<Tensor>& in) { return c.op(in[0].t(), in[1].transpose(1, 2), plan); };
+    auto r = gradcheck(fn, {c.x_t, w_p});
+    CHECK_MESSAGE(r.ok, (std::string(c.name) + ": " + r.message));
+  }
 }
 
 TEST_CASE("routing: segment_matmul errors") {
@@ -343,16 +357,88 @@ TEST_CASE("routing: segment_matmul errors") {
                         "[segment_matmul] expected weights of shape [E, in, out], got (15,2)");
 }
 
+// ---- gather_segment_matmul / segment_matmul_scatter ------------------------------------
+
+// 300 tokens, k = 2 over 4 segments (segment 2 empty, some tokens choosing one
+// segment twice): several token blocks and several gathered tiles per segment.
+RoutePlan fused_case_plan() {
+  std::vector<int32_t> chosen = random_indices(300, 2, 3, 11).to_vector<int32_t>();
+  for (int32_t& e : chosen) e = e == 2 ? 3 : e;
+  return route(Tensor::from_vector(chosen, {300, 2}), 4);
+}
+
+TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-row loops") {
+  RoutePlan plan = fused_case_plan();
+  const int64_t tokens = plan.num_tokens, rows = plan.rows(), segments = 4, in = 5, out = 3;
+  Tensor x = param({tokens, in}, 1), y = param({rows, in}, 2), w = param({segments, in, out}, 3);
+  Generator gen(4);
+  Tensor seed_rows = Tensor::randn({rows, out}, gen, DType::f64), seed_tokens = Tensor::randn({tokens, out}, gen, DType::f64);
+  Tensor gathered = gather_segment_matmul(x, w, plan);
+  sum(gathered * seed_rows).backward();
+  const std::vector<double> gathered_dx = x.grad().to_vector<double>(), gathered_dw = w.grad().to_vector<double>();
+  w.zero_grad();
+  Tensor scattered = segment_matmul_scatter(y, w, plan);
+  scattered.backward(seed_tokens);
+
+  std::vector<double> xs = x.to_vector<double>(), ys = y.to_vector<double>(), ws = w.to_vector<double>();
+  std::vector<double> sr = seed_rows.to_vector<double>(), st = seed_tokens.to_vector<double>();
+  std::vector<double> want_g(rows * out, 0.0), want_gdx(xs.size(), 0.0), want_gdw(ws.size(), 0.0);
+  std::vector<double> want_s(tokens * out, 0.0), want_sdy(ys.size(), 0.0), want_sdw(ws.size(), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t e = plan.segment_of_row(r), t = plan.token_of_row(r);
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o) {
+        const double wv = ws[(e * in + i) * out + o];
+        want_g[r * out + o] += xs[t * in + i] * wv;
+        want_gdx[t * in + i] += sr[r * out + o] * wv;
+        want_gdw[(e * in + i) * out + o] += xs[t * in + i] * sr[r * out + o];
+        want_s[t * out + o] += ys[r * in + i] * wv;
+        want_sdy[r * in + i] += st[t * out + o] * wv;
+        want_sdw[(e * in + i) * out + o] += ys[r * in + i] * st[t * out + o];
+      }
+  }
+  CHECK_CLOSE(gathered.to_vector<double>(), want_g, 1e-12, 0.0);
+  CHECK_CLOSE(gathered_dx, want_gdx, 1e-12, 0.0);
+  CHECK_CLOSE(gathered_dw, want_gdw, 1e-12, 0.0);
+  CHECK_CLOSE(scattered.to_vector<double>(), want_s, 1e-12, 0.0);
+  CHECK_CLOSE(y.grad().to_vector<double>(), want_sdy, 1e-12, 0.0);
+  CHECK_CLOSE(w.grad().to_vector<double>(), want_sdw, 1e-12, 0.0);
+  check_zero_slice(w.grad(), 2);
+}
+
+TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter errors") {
+  RoutePlan plan = route(random_indices(4, 2, 3, 2), 3);
+  CHECK_THROWS_HEADROOM(gather_segment_matmul(Tensor::zeros({8, 5}), Tensor::zeros({3, 5, 2}), plan),
+                        "[gather_segment_matmul] expected x of shape (4,5) for a plan of 4 tokens and weights "
+                        "of shape (3,5,2), got (8,5)");
+  CHECK_THROWS_HEADROOM(gather_segment_matmul(Tensor::zeros({4, 5}), Tensor::zeros({2, 5, 2}), plan),
+                        "[gather_segment_matmul] the plan has 3 segments but weights have shape (2,5,2)");
+  CHECK_THROWS_HEADROOM(gather_segment_matmul(Tensor::zeros({4, 5}), Tensor::zeros({3, 5, 2}, DType::f64), plan),
+                        "[gather_segment_matmul] expected weight of dtype f32, got f64");
+  CHECK_THROWS_HEADROOM(segment_matmul_scatter(Tensor::zeros({4, 5}), Tensor::zeros({3, 5, 2}), plan),
+                        "[segment_matmul_scatter] expected y_grouped of shape (8,5) for a plan of 8 grouped rows");
+  CHECK_THROWS_HEADROOM(segment_matmul_scatter(Tensor::zeros({8, 5}), Tensor::zeros({15, 2}), plan),
+                        "[segment_matmul_scatter] expected weights of shape [E, in, out], got (15,2)");
+  CHECK_THROWS_HEADROOM(segment_matmul_scatter(Tensor::zeros({8, 5}, DType::i32), Tensor::zeros({3, 5, 2}), plan),
+                        "[segment_matmul_scatter] expected y_grouped of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(segment_matmul_scatter(Tensor::zeros({8, 5}), Tensor::zeros({3, 5, 2}), RoutePlan()),
+                        "[segment_matmul_scatter] the route plan");
+}
+
 TEST_CASE("routing: empty cases: no tokens, no slots, zero-width weights") {
   RoutePlan no_tokens = route(Tensor::zeros({0, 2}, DType::i32), 3);
   CHECK(gather_rows(Tensor::zeros({0, 4}), no_tokens).shape() == Shape{0, 4});
   CHECK(scatter_add_rows(Tensor::zeros({0, 4}), Tensor::zeros({0, 2}), no_tokens).shape() == Shape{0, 4});
   CHECK(segment_matmul(Tensor::zeros({0, 4}), Tensor::zeros({3, 4, 2}), no_tokens).shape() == Shape{0, 2});
+  CHECK(gather_segment_matmul(Tensor::zeros({0, 4}), Tensor::zeros({3, 4, 2}), no_tokens).shape() == Shape{0, 2});
+  CHECK(segment_matmul_scatter(Tensor::zeros({0, 4}), Tensor::zeros({3, 4, 2}), no_tokens).shape() == Shape{0, 2});
 
   RoutePlan no_slots = route(Tensor::zeros({3, 0}, DType::i32), 2);
   CHECK(gather_rows(Tensor::ones({3, 4}), no_slots).shape() == Shape{0, 4});
   CHECK(scatter_add_rows(Tensor::zeros({0, 4}), Tensor(), no_slots).to_vector<float>() ==
         std::vector<float>(12, 0.0f));
+  CHECK(segment_matmul_scatter(Tensor::zeros({0, 4}), Tensor::ones({2, 4, 2}), no_slots).to_vector<float>() ==
+        std::vector<float>(6, 0.0f));
 
   RoutePlan plan = route(Tensor::from_vector<int32_t>({1, 0, 1}, {3, 1}), 2);
   CHECK(segment_matmul(Tensor::ones({3, 0}), Tensor::ones({2, 0, 2}), plan).to_vector<float>() ==
@@ -456,9 +542,13 @@ TEST_CASE("routing: a larger MoE layer runs the parallel paths, matches the loop
     RoutePlan plan = route(random_indices(big.tokens, big.k, big.experts, 3), big.experts);
     Tensor gates = param({big.tokens, big.k}, 4, DType::f32);
     Tensor out = scatter_add_rows(segment_matmul(gather_rows(x, plan), w, plan), gates, plan);
-    out.backward(Tensor::ones(out.shape()));
-    return std::vector<std::vector<float>>{out.to_vector<float>(), x.grad().to_vector<float>(),
-                                           w.grad().to_vector<float>(), gates.grad().to_vector<float>()};
+    // The fused forms too: two token blocks, several experts' tiles at once.
+    Tensor w_out = param({big.experts, big.hidden, big.dim}, 5, DType::f32);
+    Tensor fused = segment_matmul_scatter(gather_segment_matmul(x, w, plan), w_out, plan);
+    (sum(out) + sum(fused)).backward();
+    return std::vector<std::vector<float>>{out.to_vector<float>(),   fused.to_vector<float>(),
+                                           x.grad().to_vector<float>(), w.grad().to_vector<float>(),
+                                           w_out.grad().to_vector<float>(), gates.grad().to_vector<float>()};
   };
   // Fixed-order reductions: the same bits on one thread and on two.
   const int threads = num_threads();

@@ -236,57 +236,40 @@ void attention_forward(const AttentionProblem& p, const T* q, const T* k, const 
 template <typename T>
 void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
                         const T* lse, const T* dout, T* dq, T* dk, T* dv) {
-  // Each group writes dK/dV of its own (b, head): straight into dk/dv when
-  // every head has its own K/V, else into per-head partials summed below.
+  // A work item owns the dK/dV slice its groups write: one group (b, head)
+  // when every head has its own K/V; every group of batch b, in group order,
+  // when all heads share K/V head 0 (no per-head partials to zero and sum).
   const int64_t kv_size = p.num_keys * p.d_h;
   const bool shared_kv = p.kv_heads != p.heads;
-  std::vector<T> partial_dk, partial_dv;
-  if (shared_kv) {
-    partial_dk.assign(p.batch * p.heads * kv_size, T(0));
-    partial_dv.assign(p.batch * p.heads * kv_size, T(0));
-  }
-  T* dk_heads = shared_kv ? partial_dk.data() : dk;  // [B, h, S, d_h]
-  T* dv_heads = shared_kv ? partial_dv.data() : dv;
   std::fill(dk, dk + p.batch * p.kv_heads * kv_size, T(0));
   std::fill(dv, dv + p.batch * p.kv_heads * kv_size, T(0));
+  std::vector<std::vector<size_t>> items(shared_kv ? p.batch : p.groups.size());
+  for (size_t gi = 0; gi < p.groups.size(); ++gi) items[shared_kv ? p.groups[gi].batch : gi].push_back(gi);
 
-  std::vector<std::pair<int64_t, size_t>> order;  // (-cost, group): heaviest first
+  std::vector<std::pair<int64_t, size_t>> order;  // (-cost, item): heaviest first
   int64_t total_cost = 0;
-  for (size_t gi = 0; gi < p.groups.size(); ++gi) {
+  for (size_t i = 0; i < items.size(); ++i) {
     int64_t cost = 0;
-    for_each_tile(p, p.groups[gi], k, v, [&](const Tile<T>& tile) { cost += tile_cost(tile); });
-    order.push_back({-cost, gi});
+    for (size_t gi : items[i])
+      for_each_tile(p, p.groups[gi], k, v, [&](const Tile<T>& tile) { cost += tile_cost(tile); });
+    order.push_back({-cost, i});
     total_cost += cost;
   }
   std::stable_sort(order.begin(), order.end());
-  const int threads = threads_for(p, total_cost);
+  BlasSingleThreadGuard blas_single_thread;
+#pragma omp parallel num_threads(threads_for(p, total_cost))
   {
-    BlasSingleThreadGuard blas_single_thread;
-#pragma omp parallel num_threads(threads)
-    {
-      Scratch<T> scratch;
+    Scratch<T> scratch;
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t i = 0; i < int64_t(order.size()); ++i) {
-        const AttentionGroup& g = p.groups[order[i].second];
-        const int64_t slice = (g.batch * p.heads + g.head) * kv_size;
+    for (int64_t i = 0; i < int64_t(order.size()); ++i)
+      for (size_t gi : items[order[i].second]) {
+        const AttentionGroup& g = p.groups[gi];
+        const int64_t slice = (g.batch * p.kv_heads + (shared_kv ? 0 : g.head)) * kv_size;
         for_each_tile(p, g, k, v, [&](const Tile<T>& tile) {
-          backward_tile(p, tile, q, out, lse, dout, dq, dk_heads + slice, dv_heads + slice, scratch);
+          backward_tile(p, tile, q, out, lse, dout, dq, dk + slice, dv + slice, scratch);
         });
       }
-    }
   }
-  if (!shared_kv) return;
-  // dK[b, 0] = Σ_head partial[b, head], heads in order (deterministic).
-#pragma omp parallel for num_threads(threads)
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t head = 0; head < p.heads; ++head) {
-      const T* pk = dk_heads + (b * p.heads + head) * kv_size;
-      const T* pv = dv_heads + (b * p.heads + head) * kv_size;
-      for (int64_t i = 0; i < kv_size; ++i) {
-        dk[b * kv_size + i] += pk[i];
-        dv[b * kv_size + i] += pv[i];
-      }
-    }
 }
 
 template void attention_forward<float>(const AttentionProblem&, const float*, const float*, const float*,

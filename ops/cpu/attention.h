@@ -15,8 +15,9 @@
 // Forward saves the log-sum-exp of each row's scaled, masked scores (+inf for
 // a row that sees no key: its output is 0 and its gradients are 0).  Backward
 // recomputes P = exp(scores - lse) tile by tile; one thread owns a whole group
-// (its dQ rows and its slice of dK/dV), so no atomics are needed and results
-// do not depend on the thread count.
+// (its dQ rows and its slice of dK/dV; with K/V shared by all heads, every
+// group of a batch, in order), so no atomics are needed and results do not
+// depend on the thread count.
 #include <cstdint>
 #include <vector>
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -19,36 +20,84 @@ namespace {
 constexpr int64_t kParallelElements = 1 << 14;
 
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), 0.0f, c,
+          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0) {
+  cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c,
               int(ldc));
 }
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
+          int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc, double beta = 0) {
+  cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-// Calls fn(e, first_row, rows) once per non-empty segment.  Segments run in
-// parallel, heaviest first so the threads finish together, each with
-// single-threaded OpenBLAS (performance.md §6.2: two independent one-thread
-// GEMMs beat one two-thread GEMM at per-expert shapes).  A lone busy segment
-// keeps all of OpenBLAS's threads instead.  Each segment writes only its own
-// output, so the result does not depend on the schedule.
+// Gathered operands reach BLAS this many rows at a time (512 KiB of f32 at
+// d = 512: the tile stays in L2 between the copy and the GEMM, and each GEMM
+// is long enough to repay packing the weight; 128 was slower).
+constexpr int64_t kGatherTile = 256;
+// Tokens per work item of segment_matmul_scatter (measured as for kGatherTile).
+constexpr int64_t kTokenBlock = 256;
+constexpr int64_t kWholeSegment = std::numeric_limits<int64_t>::max();
+
+// A buffer of the calling thread that persists across calls (OpenMP keeps its
+// threads): a fresh multi-page block per call would cost a page fault per
+// 4 KiB, tens of microseconds each on our VMs (core/backend.cpp).
+template <typename T>
+T* thread_buffer(int slot, int64_t size) {
+  thread_local std::vector<T> buffers[2];
+  std::vector<T>& buffer = buffers[slot];
+  if (int64_t(buffer.size()) < size) buffer.resize(size);
+  return buffer.data();
+}
+
+// Grouped rows [first, first + rows) of x as one contiguous [rows, width]
+// block: in place, or gathered into the calling thread's buffer `slot`.
+template <typename T>
+const T* tile_rows(const GroupedRows<T>& x, int64_t first, int64_t rows, int slot) {
+  if (!x.order) return x.data + first * x.width;
+  T* tile = thread_buffer<T>(slot, rows * x.width);
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* from = x.data + int64_t(x.order[first + i] / x.k) * x.width;
+    std::copy(from, from + x.width, tile + i * x.width);
+  }
+  return tile;
+}
+
+// The first row in [begin, end) whose token order[r] / k is >= t: a segment's
+// rows are in token order.
+int64_t first_row_of_token(const int32_t* order, int64_t k, int64_t begin, int64_t end, int64_t t) {
+  while (begin < end) {
+    const int64_t mid = begin + (end - begin) / 2;
+    if (order[mid] / k < t) begin = mid + 1;
+    else end = mid;
+  }
+  return begin;
+}
+
+// Calls fn(e, first_row, rows) once per tile of at most `tile` rows of every
+// non-empty segment.  Tiles run in parallel, heaviest first so the threads
+// finish together, each with single-threaded OpenBLAS (performance.md §6.2:
+// two independent one-thread GEMMs beat one two-thread GEMM at per-expert
+// shapes).  A lone tile keeps all of OpenBLAS's threads instead.  Each tile
+// writes only its own output, so the result does not depend on the schedule.
 template <typename Fn>
-void for_each_segment(const int32_t* offsets, int64_t segments, Fn&& fn) {
-  std::vector<int64_t> busy;
+void for_each_segment_tile(const int32_t* offsets, int64_t segments, int64_t tile, Fn&& fn) {
+  struct Tile {
+    int64_t segment, first, rows;
+  };
+  std::vector<Tile> tiles;
   for (int64_t e = 0; e < segments; ++e)
-    if (offsets[e + 1] > offsets[e]) busy.push_back(e);
-  auto rows = [offsets](int64_t e) { return int64_t(offsets[e + 1]) - offsets[e]; };
-  std::stable_sort(busy.begin(), busy.end(), [&](int64_t a, int64_t b) { return rows(a) > rows(b); });
-  if (busy.size() == 1) {
-    fn(busy[0], int64_t(offsets[busy[0]]), rows(busy[0]));
+    for (int64_t first = offsets[e], rows; first < offsets[e + 1]; first += rows) {
+      rows = std::min<int64_t>(tile, offsets[e + 1] - first);
+      tiles.push_back({e, first, rows});
+    }
+  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.rows > b.rows; });
+  if (tiles.size() == 1) {
+    fn(tiles[0].segment, tiles[0].first, tiles[0].rows);
     return;
   }
   BlasSingleThreadGuard blas_single_thread;
-  const int64_t n = int64_t(busy.size());
+  const int64_t n = int64_t(tiles.size());
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) fn(busy[i], int64_t(offsets[busy[i]]), rows(busy[i]));
+  for (int64_t i = 0; i < n; ++i) fn(tiles[i].segment, tiles[i].first, tiles[i].rows);
 }
 
 }  // namespace
@@ -128,27 +177,65 @@ void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64
 }
 
 template <typename T>
-void segment_matmul(const T* x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
+void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
                     int64_t out_features, bool transpose_w, T* out) {
   // Forward: [rows, in] · [in, out].  Transposed: [rows, out] · [in, out]ᵀ.
-  const int64_t x_width = transpose_w ? out_features : in;
   const int64_t y_width = transpose_w ? in : out_features;
-  for_each_segment(offsets, segments, [&](int64_t e, int64_t first, int64_t rows) {
-    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, rows, y_width, x_width, x + first * x_width,
-         x_width, w + e * in * out_features, out_features, out + first * y_width, y_width);
+  const int64_t tile = x.order ? kGatherTile : kWholeSegment;  // rows in place: one GEMM per segment
+  for_each_segment_tile(offsets, segments, tile, [&](int64_t e, int64_t first, int64_t rows) {
+    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, rows, y_width, x.width,
+         tile_rows(x, first, rows, 0), x.width, w + e * in * out_features, out_features, out + first * y_width,
+         y_width);
   });
 }
 
 template <typename T>
-void segment_matmul_weight_grad(const T* x, const T* dy, const int32_t* offsets, int64_t segments, int64_t in,
-                                int64_t out_features, T* dw) {
+void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const int32_t* offsets, int64_t segments,
+                            const T* w, int64_t in, int64_t out_features, bool transpose_w, int64_t tokens, T* out) {
+  const int64_t y_width = transpose_w ? out_features : in, out_width = transpose_w ? in : out_features;
+  // Tokens [t0, t1): each segment's rows of these tokens are one run; its
+  // products go through a per-thread buffer into the token rows.
+  auto block = [&](int64_t t0, int64_t t1) {
+    std::fill(out + t0 * out_width, out + t1 * out_width, T(0));
+    for (int64_t e = 0; e < segments; ++e) {
+      const int64_t lo = first_row_of_token(order, k, offsets[e], offsets[e + 1], t0);
+      const int64_t hi = first_row_of_token(order, k, lo, offsets[e + 1], t1);
+      if (lo == hi) continue;
+      T* products = thread_buffer<T>(0, (hi - lo) * out_width);  // [hi - lo, out_width]
+      gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, hi - lo, out_width, y_width, y + lo * y_width,
+           y_width, w + e * in * out_features, out_features, products, out_width);
+      for (int64_t r = lo; r < hi; ++r) {
+        T* to = out + int64_t(order[r] / k) * out_width;
+        const T* from = products + (r - lo) * out_width;
+        for (int64_t c = 0; c < out_width; ++c) to[c] += from[c];
+      }
+    }
+  };
+  const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
+  if (blocks <= 1) {  // one block keeps all of OpenBLAS's threads
+    block(0, tokens);
+    return;
+  }
+  BlasSingleThreadGuard blas_single_thread;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t b = 0; b < blocks; ++b) block(b * kTokenBlock, std::min(tokens, (b + 1) * kTokenBlock));
+}
+
+template <typename T>
+void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& dy, const int32_t* offsets,
+                                int64_t segments, int64_t in, int64_t out_features, T* dw) {
   for (int64_t e = 0; e < segments; ++e)  // a weight slice no row uses gets 0
     if (offsets[e + 1] == offsets[e])
       std::fill(dw + e * in * out_features, dw + (e + 1) * in * out_features, T(0));
-  // dw[e]: [in, out] = x[seg]ᵀ [in, rows] · dy[seg] [rows, out]
-  for_each_segment(offsets, segments, [&](int64_t e, int64_t first, int64_t rows) {
-    gemm(CblasTrans, CblasNoTrans, in, out_features, rows, x + first * in, in, dy + first * out_features,
-         out_features, dw + e * in * out_features, out_features);
+  // dw[e]: [in, out] = Σ over tiles x[tile]ᵀ [in, rows] · dy[tile] [rows, out], tiles in order.
+  const int64_t tile = x.order || dy.order ? kGatherTile : kWholeSegment;
+  for_each_segment_tile(offsets, segments, kWholeSegment, [&](int64_t e, int64_t first, int64_t rows) {
+    for (int64_t done = 0; done < rows; done += tile) {
+      const int64_t n = std::min(tile, rows - done);
+      gemm(CblasTrans, CblasNoTrans, in, out_features, n, tile_rows(x, first + done, n, 0), in,
+           tile_rows(dy, first + done, n, 1), out_features, dw + e * in * out_features, out_features,
+           T(done ? 1 : 0));
+    }
   });
 }
 
@@ -158,9 +245,12 @@ void segment_matmul_weight_grad(const T* x, const T* dy, const int32_t* offsets,
   template void put_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                  \
   template void sum_rows<T>(const T*, int64_t, const int32_t*, const int32_t*, const T*, int64_t, T*);       \
   template void row_dots<T>(const T*, const int32_t*, const T*, int64_t, int64_t, int64_t, T*);              \
-  template void segment_matmul<T>(const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, bool, T*);  \
-  template void segment_matmul_weight_grad<T>(const T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
-                                              T*);
+  template void segment_matmul<T>(const GroupedRows<T>&, const T*, const int32_t*, int64_t, int64_t, int64_t,  \
+                                  bool, T*);                                                                 \
+  template void segment_matmul_scatter<T>(const T*, const int32_t*, int64_t, const int32_t*, int64_t, const T*, \
+                                          int64_t, int64_t, bool, int64_t, T*);                              \
+  template void segment_matmul_weight_grad<T>(const GroupedRows<T>&, const GroupedRows<T>&, const int32_t*,  \
+                                              int64_t, int64_t, int64_t, T*);
 HEADROOM_ROUTING_FLOAT_KERNELS(float)
 HEADROOM_ROUTING_FLOAT_KERNELS(double)
 #undef HEADROOM_ROUTING_FLOAT_KERNELS

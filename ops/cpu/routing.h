@@ -39,16 +39,38 @@ template <typename T>
 void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs,
               T* out);
 
-// Grouped GEMM over segments of rows; offsets: [segments + 1].
-//   out[seg e] = x[seg e] · w[e]      x: [R, in]  w: [E, in, out]   out: [R, out]
-//   with transpose_w: out[seg e] = x[seg e] · w[e]ᵀ, x: [R, out], out: [R, in]
+// ---- grouped GEMMs over the segments of a plan -------------------------------------
+// offsets: [segments + 1]; w: [E, in, out], and "· w[e]" below reads as "· w[e]ᵀ"
+// with transpose_w (then the operand rows are `out` wide and the results `in`).
+// A grouped operand either is an [R, width] array, or, with `order` (a plan's
+// order [R], k slots per token), lives as token rows [N, width]: grouped row r
+// is token row order[r] / k.  Gathered rows are copied tile by tile into a
+// per-thread buffer that stays in cache; no [R, width] copy is made.
 template <typename T>
-void segment_matmul(const T* x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
+struct GroupedRows {
+  const T* data = nullptr;
+  int64_t width = 0;
+  const int32_t* order = nullptr;  // null: data is [R, width] in grouped order
+  int64_t k = 1;
+};
+
+// out[r] = x[r] · w[e] for the rows r of each segment e.   out: [R, out or in]
+template <typename T>
+void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
                     int64_t out_features, bool transpose_w, T* out);
-// dw[e] = x[seg e]ᵀ · dy[seg e]; zero for empty segments.
-//   x: [R, in]  dy: [R, out]  dw: [E, in, out]
+
+// The transpose of gathering: out[t] = Σ over segments e ascending, rows r of e
+// whose token order[r] / k is t, of y[r] · w[e].  Parallel over blocks of
+// tokens, each summing its rows in that fixed order (deterministic).
+// y: [R, out or in]  order: [R]  out: [tokens, in or out]
 template <typename T>
-void segment_matmul_weight_grad(const T* x, const T* dy, const int32_t* offsets, int64_t segments, int64_t in,
-                                int64_t out_features, T* dw);
+void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const int32_t* offsets, int64_t segments,
+                            const T* w, int64_t in, int64_t out_features, bool transpose_w, int64_t tokens, T* out);
+
+// dw[e] = x[seg e]ᵀ · dy[seg e]; zero for empty segments.
+//   x rows in wide, dy rows out wide (either may be gathered)   dw: [E, in, out]
+template <typename T>
+void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& dy, const int32_t* offsets,
+                                int64_t segments, int64_t in, int64_t out_features, T* dw);
 
 }  // namespace headroom::cpu
