@@ -153,7 +153,7 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
 
 void set_lm_defaults(ModelOptions& model, TrainOptions& train) {
   model.dim = 128, model.heads = 8, model.layers = 2, model.ffn = 512, model.dropout = 0;
-  train.steps = 300, train.warmup = 30, train.lr = 2e-3, train.eval_every = 100, train.ckpt_dir = "runs/lm";
+  train.steps = 1500, train.warmup = 100, train.lr = 2e-3, train.eval_every = 250, train.ckpt_dir = "runs/lm";
 }
 
 }  // namespace headroom::examples

@@ -264,7 +264,7 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
 
 void set_mt_defaults(ModelOptions& model, TrainOptions& train) {
   model.dim = 128, model.heads = 4, model.layers = 2, model.ffn = 256, model.dropout = 0.1;
-  train.steps = 600, train.warmup = 60, train.lr = 1e-3, train.eval_every = 200, train.ckpt_dir = "runs/mt";
+  train.steps = 4000, train.warmup = 200, train.lr = 1e-3, train.eval_every = 500, train.ckpt_dir = "runs/mt";
 }
 
 }  // namespace headroom::examples
