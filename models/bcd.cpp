@@ -4,9 +4,7 @@
 
 namespace headroom {
 
-namespace {
-
-std::vector<Tensor> gate_params(const BlockCoordinateDescent::Layers& layers) {
+std::vector<Tensor> gate_parameters(const BlockCoordinateDescent::Layers& layers) {
   std::vector<Tensor> params;
   for (const auto& layer : layers) {
     HEADROOM_CHECK(layer != nullptr, "[BlockCoordinateDescent] a layer is null");
@@ -15,14 +13,16 @@ std::vector<Tensor> gate_params(const BlockCoordinateDescent::Layers& layers) {
   return params;
 }
 
-std::vector<Tensor> expert_params(const Module& model, const BlockCoordinateDescent::Layers& layers) {
+std::vector<Tensor> expert_parameters(const Module& model, const BlockCoordinateDescent::Layers& layers) {
   std::unordered_set<const void*> gates;
-  for (const Tensor& p : gate_params(layers)) gates.insert(p.impl_ptr());
+  for (const Tensor& p : gate_parameters(layers)) gates.insert(p.impl_ptr());
   std::vector<Tensor> params;
   for (const Tensor& p : model.parameters())
     if (!gates.count(p.impl_ptr())) params.push_back(p);
   return params;
 }
+
+namespace {
 
 void set_requires_grad(const std::vector<Tensor>& params, bool on) {
   for (Tensor p : params) p.set_requires_grad(on);
@@ -43,7 +43,7 @@ BlockCoordinateDescent::BlockCoordinateDescent(Layers layers, std::shared_ptr<Op
                  options_.warm_start_updates, ", ", options_.f_updates, ", ", options_.g_updates);
   std::unordered_set<const void*> gates;
   for (const Tensor& p : gate_optimizer_->params()) gates.insert(p.impl_ptr());
-  for (const Tensor& p : gate_params(layers_))
+  for (const Tensor& p : gate_parameters(layers_))
     HEADROOM_CHECK(gates.count(p.impl_ptr()), "[BlockCoordinateDescent] the gate optimizer must hold every gate parameter");
   for (const Tensor& p : expert_optimizer_->params())
     HEADROOM_CHECK(!gates.count(p.impl_ptr()),
@@ -52,8 +52,8 @@ BlockCoordinateDescent::BlockCoordinateDescent(Layers layers, std::shared_ptr<Op
 
 BlockCoordinateDescent::BlockCoordinateDescent(const Module& model, Layers layers, double expert_lr, double gate_lr,
                                                const BCDOptions& options)
-    : BlockCoordinateDescent(layers, std::make_shared<AdamW>(expert_params(model, layers), expert_lr),
-                             std::make_shared<AdamW>(gate_params(layers), gate_lr), options) {}
+    : BlockCoordinateDescent(layers, std::make_shared<AdamW>(expert_parameters(model, layers), expert_lr),
+                             std::make_shared<AdamW>(gate_parameters(layers), gate_lr), options) {}
 
 BlockCoordinateDescent::Block BlockCoordinateDescent::block(int64_t step) const {
   HEADROOM_CHECK(step >= 0, "[BlockCoordinateDescent] step must be >= 0, got ", step);

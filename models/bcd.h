@@ -77,4 +77,9 @@ class BlockCoordinateDescent {
   bool in_step_ = false;
 };
 
+// The split BCD trains by: φ, every gate parameter of `layers`, and θ, the
+// parameters of `model` that are not in φ (for building the two optimizers).
+std::vector<Tensor> gate_parameters(const BlockCoordinateDescent::Layers& layers);
+std::vector<Tensor> expert_parameters(const Module& model, const BlockCoordinateDescent::Layers& layers);
+
 }  // namespace headroom

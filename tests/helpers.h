@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -76,6 +77,13 @@ struct TempDir {
     std::filesystem::remove_all(path);
   }
   std::string file(const std::string& name) const { return (path / name).string(); }
+  // Writes `bytes` to the file `name` (creating its folders) and returns its path.
+  std::string write(const std::string& name, const std::string& bytes) const {
+    std::filesystem::path target = path / name;
+    std::filesystem::create_directories(target.parent_path());
+    std::ofstream(target, std::ios::binary) << bytes;
+    return target.string();
+  }
   size_t count() const {
     return std::distance(std::filesystem::directory_iterator(path), std::filesystem::directory_iterator());
   }

@@ -23,24 +23,9 @@ using namespace headroom::examples;
 namespace fs = std::filesystem;
 using namespace std::string_literals;
 
-namespace {
+using headroom::testing::TempDir;
 
-// A fresh folder for one test, removed with everything in it at the end.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / ("headroom_data_" + std::to_string(getpid()) + "_" + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    fs::path file = path / name;
-    fs::create_directories(file.parent_path());
-    std::ofstream(file, std::ios::binary) << bytes;
-    return file.string();
-  }
-};
+namespace {
 
 std::string bytes_of(const std::vector<int>& values) { return std::string(values.begin(), values.end()); }
 

@@ -2,7 +2,7 @@
 // (examples/common/{lm,mt,vit}_task.h): a few steps each, checking what a
 // run directory must hold and that the metrics are sane.
 #include <filesystem>
-#include <fstream>
+
 
 #include "headroom/core/image.h"
 #include "headroom/examples/common/lm_task.h"
@@ -15,10 +15,6 @@ using namespace headroom::examples;
 using headroom::testing::TempDir;
 
 namespace {
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
 
 TrainOptions few_steps(const std::string& run_dir) {
   TrainOptions o;
@@ -41,7 +37,7 @@ TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run direct
   TempDir dir("task_lm");
   std::string text;
   for (int i = 0; i < 40; ++i) text += "The quick brown fox jumps over the lazy dog. Ünïcödé line " + std::to_string(i) + "\n";
-  write_text(dir.file("text.txt"), text);
+  dir.write("text.txt", text);
   LmOptions lm;
   lm.data = dir.file("text.txt"), lm.context = 16, lm.batch = 4, lm.eval_tokens = 256, lm.generate = 8;
   RunSummary s = run_lm(lm, tiny_model("moh", "shared_heads=1,routed_k=2"), few_steps(dir.file("run")));
@@ -62,7 +58,7 @@ TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes 
   std::string tsv;
   for (int a = 0; a < 10; ++a)
     for (int b = 0; b < 10; ++b) tsv += std::string(english[a]) + " and " + english[b] + "\t" + german[a] + " und " + german[b] + "\n";
-  write_text(dir.file("pairs.tsv"), tsv);
+  dir.write("pairs.tsv", tsv);
   MtOptions mt;
   mt.data = dir.file("pairs.tsv"), mt.valid_pairs = 10, mt.test_pairs = 10, mt.bpe_merges = 30, mt.batch = 8;
   mt.eval_pairs = 10, mt.bleu_sentences = 4, mt.max_tokens = 16;

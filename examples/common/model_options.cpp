@@ -45,9 +45,19 @@ StringMap parse_options(const std::string& text) {
   return options;
 }
 
-double active_head_fraction(const ModelConfig& config) {
+namespace {
+
+// Layer 0 of the model's attention, built on a scratch generator: the
+// method's resolved options (defaults filled in) without building the model.
+std::shared_ptr<Attention> first_attention_layer(const ModelConfig& config) {
   Generator scratch(0);
-  auto layer = make_attention(config, 0, AttentionRole::decoder_self, scratch);
+  return make_attention(config, 0, AttentionRole::decoder_self, scratch);
+}
+
+}  // namespace
+
+double active_head_fraction(const ModelConfig& config) {
+  auto layer = first_attention_layer(config);
   if (auto moh = std::dynamic_pointer_cast<MoHAttention>(layer))
     return double(moh->active_heads()) / double(config.heads);
   if (auto moa = std::dynamic_pointer_cast<MoAAttention>(layer))
@@ -55,9 +65,9 @@ double active_head_fraction(const ModelConfig& config) {
   return 1.0;
 }
 
-void check_attention_options(const ModelConfig& config) {
-  Generator scratch(0);
-  make_attention(config, 0, AttentionRole::decoder_self, scratch);
+int64_t shared_head_count(const ModelConfig& config) {
+  auto moh = std::dynamic_pointer_cast<MoHAttention>(first_attention_layer(config));
+  return moh ? moh->moh_config.shared_heads : 0;
 }
 
 }  // namespace headroom::examples

@@ -42,8 +42,7 @@ StringMap parse_options(const std::string& text);
 // of width d_h), MHA and MAE (whose mixture runs every head) 1.
 double active_head_fraction(const ModelConfig& config);
 
-// Checks that the model's attention options are valid before any data is
-// loaded, by building one layer (make_attention reads and checks them all).
-void check_attention_options(const ModelConfig& config);
+// MoH's shared heads per layer (0 for the other methods).
+int64_t shared_head_count(const ModelConfig& config);
 
 }  // namespace headroom::examples

@@ -6,7 +6,6 @@
 #include "headroom/core/atomic_file.h"
 #include "headroom/examples/common/plot.h"
 #include "headroom/examples/common/progress.h"
-#include "headroom/models/moh.h"
 
 namespace headroom::examples {
 
@@ -147,13 +146,6 @@ void write_curve_plots(const std::string& run_dir, const std::string& metric) {
   chart.title = "validation " + metric, chart.x_label = "step", chart.y_label = metric;
   chart.series = {quality};
   plot_lines(run_dir + "/eval.png", chart);
-}
-
-int64_t shared_head_count(const ModelConfig& config) {
-  if (config.attention.type != "moh") return 0;
-  Generator scratch(0);
-  auto layer = std::dynamic_pointer_cast<MoHAttention>(make_attention(config, 0, AttentionRole::encoder_self, scratch));
-  return layer ? layer->moh_config.shared_heads : 0;
 }
 
 void write_routing_report(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads,

@@ -24,9 +24,6 @@ namespace headroom::examples {
 // evaluation field plotted in eval.png.
 void write_curve_plots(const std::string& run_dir, const std::string& metric);
 
-// MoH's shared heads per layer (0 for the other methods).
-int64_t shared_head_count(const ModelConfig& config);
-
 // token_name: printable form of a token id, for the PMI table.
 void write_routing_report(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads,
                           const std::function<std::string(int32_t)>& token_name);

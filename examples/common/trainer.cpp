@@ -47,7 +47,7 @@ class Optimization {
       BCDOptions bcd;
       bcd.warm_start_updates = o.bcd_warm, bcd.f_updates = o.bcd_f, bcd.g_updates = o.bcd_g;
       bcd.training = o.mae_joint ? BCDOptions::Training::joint : BCDOptions::Training::bcd;
-      auto experts = std::make_shared<AdamW>(non_gate_parameters(model, mae_layers), o.lr, 0.9, 0.999, 1e-8,
+      auto experts = std::make_shared<AdamW>(expert_parameters(model, mae_layers), o.lr, 0.9, 0.999, 1e-8,
                                              o.weight_decay);
       auto gates = std::make_shared<AdamW>(gate_parameters(mae_layers), gate_lr(), 0.9, 0.999, 1e-8, 0.0);
       bcd_ = std::make_unique<BlockCoordinateDescent>(mae_layers, experts, gates, bcd);
@@ -95,23 +95,6 @@ class Optimization {
   double gate_lr() const { return options_.gate_lr > 0 ? options_.gate_lr : options_.lr; }
 
   std::vector<Tensor> trained() const { return bcd_ ? bcd_->trained_parameters() : adamw_->params(); }
-
-  static std::vector<Tensor> gate_parameters(const BlockCoordinateDescent::Layers& layers) {
-    std::vector<Tensor> params;
-    for (const auto& layer : layers)
-      for (const Tensor& p : layer->gate_parameters()) params.push_back(p);
-    return params;
-  }
-
-  static std::vector<Tensor> non_gate_parameters(const Module& model, const BlockCoordinateDescent::Layers& layers) {
-    std::vector<Tensor> gates = gate_parameters(layers), params;
-    for (const Tensor& p : model.parameters()) {
-      bool is_gate = false;
-      for (const Tensor& g : gates) is_gate = is_gate || g.impl_ptr() == p.impl_ptr();
-      if (!is_gate) params.push_back(p);
-    }
-    return params;
-  }
 
   static NamedTensors prefixed(const std::string& prefix, NamedTensors entries) {
     for (auto& entry : entries) entry.first = prefix + entry.first;
