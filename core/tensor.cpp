@@ -8,6 +8,7 @@
 #include "headroom/autograd/grad_mode.h"
 #include "headroom/core/backend.h"
 #include "headroom/core/rng.h"
+#include "headroom/cuda/copy.h"
 
 namespace headroom {
 
@@ -270,7 +271,7 @@ void check_dtype(const char* op, const Tensor& t, DType expected, const char* wh
 void check_cpu(const char* op, const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors)
     HEADROOM_CHECK(!t.defined() || t.device().is_cpu(), "[", op, "] has no kernel for device ",
-                   t.device(), " in this build (CPU kernels only)");
+                   t.device(), " yet (CPU only)");
 }
 
 namespace {
@@ -304,7 +305,7 @@ void copy_from(const Tensor& src, const Strides& strides, const Tensor& dst) {
 }  // namespace
 
 void copy_elements(const Tensor& src, const Tensor& dst) {
-  check_cpu("copy", {src, dst});
+  check_same_device("copy", {src, dst});
   // Strides of src broadcast to dst's shape: 0 on new or size-1 dimensions.
   Shape target = broadcast_shapes(src.shape(), dst.shape(), "copy");
   HEADROOM_CHECK(target == dst.shape(), "[copy] source of shape ", shape_str(src.shape()),
@@ -314,6 +315,7 @@ void copy_elements(const Tensor& src, const Tensor& dst) {
     int d = dst.dim() - src.dim() + i;
     strides[d] = src.size(i) == 1 ? 0 : src.stride(i);
   }
+  if (dst.device().is_cuda()) return cuda::copy_kernels().copy(src, strides, dst);
   switch (src.dtype()) {
     case DType::f32: return copy_from<float>(src, strides, dst);
     case DType::f64: return copy_from<double>(src, strides, dst);
@@ -334,8 +336,9 @@ void check_inplace_allowed(const char* op, const Tensor& t) {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace_allowed("fill_", *this);
-  check_cpu("fill_", {*this});
-  if (is_contiguous()) {
+  if (device().is_cuda()) {
+    cuda::copy_kernels().fill(*this, value);
+  } else if (is_contiguous()) {
     fill_contiguous(raw_data(), dtype(), numel(), value);
   } else {
     copy_elements(Tensor::full({}, value, dtype()), *this);

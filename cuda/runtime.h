@@ -1,0 +1,59 @@
+#pragma once
+// The CUDA backend's internals: error checks, the one stream and cuBLAS
+// handle per device, and launch helpers.  Included only by cuda/*.cu and
+// cuda/*.cpp of a CUDA build; the rest of headroom sees cuda/cuda.h and the
+// per-family kernel interfaces (cuda/<family>.h), which need no CUDA headers.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "headroom/core/error.h"
+
+// HEADROOM_CUDA_CHECK(cudaMemcpy(...)): throws headroom::Error with the
+// expression, the CUDA error string and file:line when the call fails.
+#define HEADROOM_CUDA_CHECK(expr)                                                        \
+  do {                                                                                   \
+    cudaError_t headroom_status_ = (expr);                                               \
+    if (headroom_status_ != cudaSuccess)                                                 \
+      HEADROOM_FAIL("[cuda] ", #expr, " failed: ", cudaGetErrorString(headroom_status_)); \
+  } while (0)
+
+#define HEADROOM_CUBLAS_CHECK(expr)                                                          \
+  do {                                                                                       \
+    cublasStatus_t headroom_status_ = (expr);                                                \
+    if (headroom_status_ != CUBLAS_STATUS_SUCCESS)                                           \
+      HEADROOM_FAIL("[cublas] ", #expr, " failed: ", cublasGetStatusString(headroom_status_)); \
+  } while (0)
+
+namespace headroom::cuda {
+
+// All work on a device goes to one stream, so a freed block can be reused by
+// the next allocation without an event (the allocator relies on it).
+cudaStream_t stream(int device);
+cublasHandle_t cublas(int device);  // bound to stream(device)
+
+// Makes `device` current for the scope, restoring the previous one after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+constexpr int kThreads = 256;  // threads per block of the elementwise-style kernels
+
+// Blocks of `threads` covering n items (at least 1, so an empty launch is valid).
+inline unsigned grid_for(int64_t n, int threads = kThreads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
+}
+
+// After a launch: throws with the kernel's name if the launch failed.
+void check_launch(const char* kernel);
+
+}  // namespace headroom::cuda

@@ -1,0 +1,63 @@
+#pragma once
+// CPU/CUDA parity tests.  Each case starts with HEADROOM_REQUIRE_CUDA(): on a
+// machine without a device (CI, most developer machines) the case reports
+// "skipped: no CUDA device" and passes.  HEADROOM_TEST_DEVICE=cpu skips them
+// on a machine with a device too.
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "helpers.h"
+
+namespace headroom::testing {
+
+inline bool cuda_tests_enabled() {
+  const char* choice = std::getenv("HEADROOM_TEST_DEVICE");
+  if (choice && std::strcmp(choice, "cpu") == 0) return false;
+  return cuda::is_available();
+}
+
+// Runs `fn` on the CPU inputs and on CUDA copies of them, then backward from
+// the same random seed gradient, and compares the outputs and the gradient of
+// every floating input (atol + rtol * |cpu|).  Integer inputs (indices, masks)
+// are copied as they are.
+inline void check_parity(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                         const std::vector<Tensor>& inputs, double atol, double rtol = 1e-4) {
+  auto run = [&](Device device, std::vector<Tensor>& leaves) {
+    for (const Tensor& input : inputs) {
+      Tensor leaf = input.detach().to(device).clone();
+      if (leaf.is_floating_point()) leaf.set_requires_grad();
+      leaves.push_back(leaf);
+    }
+    Tensor out = fn(leaves);
+    Generator gen(1234);
+    Tensor seed = Tensor::randn(out.shape(), gen, out.dtype()).to(device);
+    if (out.requires_grad()) out.backward(seed);
+    return out;
+  };
+  std::vector<Tensor> cpu_leaves, cuda_leaves;
+  Tensor cpu_out = run(Device::cpu(), cpu_leaves);
+  Tensor cuda_out = run(Device::cuda(), cuda_leaves);
+  CHECK(cuda_out.device() == Device::cuda());
+  INFO("output");
+  CHECK_MESSAGE(compare(cuda_out.to(Device::cpu()), cpu_out, atol, rtol) == "", compare(cuda_out.to(Device::cpu()), cpu_out, atol, rtol));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!cpu_leaves[i].grad().defined()) continue;
+    INFO("gradient of input ", i);
+    REQUIRE(cuda_leaves[i].grad().defined());
+    std::string diff = compare(cuda_leaves[i].grad().to(Device::cpu()), cpu_leaves[i].grad(), atol, rtol);
+    CHECK_MESSAGE(diff == "", diff);
+  }
+}
+
+}  // namespace headroom::testing
+
+// First line of every CUDA test case.
+#define HEADROOM_REQUIRE_CUDA()                        \
+  do {                                                 \
+    if (!::headroom::testing::cuda_tests_enabled()) {  \
+      MESSAGE("skipped: no CUDA device");              \
+      return;                                          \
+    }                                                  \
+  } while (0)
