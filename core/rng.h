@@ -13,9 +13,17 @@
 // xoshiro); it passes BigCrush as a counter-based generator.
 #include <cstdint>
 
+// Lets CUDA kernels draw from the same streams as the CPU (dropout matches
+// bitwise across devices): the pure draw functions compile for both.
+#if defined(__CUDACC__)
+#define HEADROOM_HOST_DEVICE __host__ __device__
+#else
+#define HEADROOM_HOST_DEVICE
+#endif
+
 namespace headroom {
 
-inline uint64_t splitmix64(uint64_t x) {
+HEADROOM_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
@@ -24,7 +32,7 @@ inline uint64_t splitmix64(uint64_t x) {
 
 class Generator {
  public:
-  explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+  HEADROOM_HOST_DEVICE explicit Generator(uint64_t seed = 0) : seed_(seed) {}
 
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
@@ -37,9 +45,9 @@ class Generator {
     offset_ += n;
     return first;
   }
-  uint64_t bits_at(uint64_t i) const { return splitmix64(seed_ * 0x9E3779B97F4A7C15ULL + i); }
-  float uniform_at(uint64_t i) const { return static_cast<float>(bits_at(i) >> 40) * 0x1.0p-24f; }
-  double uniform64_at(uint64_t i) const { return static_cast<double>(bits_at(i) >> 11) * 0x1.0p-53; }
+  HEADROOM_HOST_DEVICE uint64_t bits_at(uint64_t i) const { return splitmix64(seed_ * 0x9E3779B97F4A7C15ULL + i); }
+  HEADROOM_HOST_DEVICE float uniform_at(uint64_t i) const { return static_cast<float>(bits_at(i) >> 40) * 0x1.0p-24f; }
+  HEADROOM_HOST_DEVICE double uniform64_at(uint64_t i) const { return static_cast<double>(bits_at(i) >> 11) * 0x1.0p-53; }
 
   // Sequential convenience draws.
   uint64_t next_bits() { return bits_at(reserve(1)); }
