@@ -3,6 +3,7 @@
 // Each kernel family's interface (cuda/<family>.h) gets one line here.
 #include "headroom/core/backend.h"
 #include "headroom/core/error.h"
+#include "headroom/cuda/attention.h"
 #include "headroom/cuda/copy.h"
 #include "headroom/cuda/cuda.h"
 
@@ -23,5 +24,6 @@ bool tf32_enabled() { return false; }
 
 Backend& backend() { unavailable(); }
 CopyKernels& copy_kernels() { unavailable(); }
+AttentionKernels& attention_kernels() { unavailable(); }
 
 }  // namespace headroom::cuda

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "headroom/autograd/node.h"
+#include "headroom/cuda/attention.h"
 #include "headroom/ops/cpu/attention.h"
 
 namespace headroom {
@@ -21,9 +22,10 @@ void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor
   check_floating(op, q, "q");
   check_dtype(op, k, q.dtype(), "k");
   check_dtype(op, v, q.dtype(), "v");
-  check_cpu(op, {q, k, v, opts.key_padding_mask});
   check_same_device(op, {q, k, v});
   HEADROOM_CHECK(d_h >= 1, "[", op, "] head dimension d_h must be >= 1, got q of shape ", shape_str(q.shape()));
+  HEADROOM_CHECK(!q.device().is_cuda() || d_h <= cuda::kMaxAttentionHeadDim, "[", op,
+                 "] CUDA kernels take a head dimension d_h <= ", cuda::kMaxAttentionHeadDim, ", got ", d_h);
   HEADROOM_CHECK(k.dim() == 4 && k.size(0) == batch && k.size(3) == d_h, "[", op,
                  "] expected k of shape [B=", batch, ", h_kv, S, d_h=", d_h, "], got ", shape_str(k.shape()));
   HEADROOM_CHECK(v.shape() == k.shape(), "[", op, "] expected v of the shape of k ", shape_str(k.shape()),
@@ -33,6 +35,7 @@ void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor
   const Tensor& mask = opts.key_padding_mask;
   if (mask.defined()) {
     check_dtype(op, mask, DType::b8, "key_padding_mask");
+    check_same_device(op, {q, mask});
     HEADROOM_CHECK(mask.dim() == 2 && mask.size(0) == batch && mask.size(1) == k.size(2), "[", op,
                    "] expected key_padding_mask of shape [B=", batch, ", S=", k.size(2), "], got ",
                    shape_str(mask.shape()));
@@ -64,19 +67,37 @@ AttentionProblem make_problem(const Tensor& k, int64_t heads, int64_t seq_len, i
   return p;
 }
 
+// The kernels of q's device.  q [R, d_h]; k, v [B, h_kv, S, d_h]; out [R, d_h];
+// lse [R]; all contiguous, p.key_padding on the same device.
+void run_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                 const Tensor& lse) {
+  if (q.device().is_cuda()) return cuda::attention_kernels().forward(p, q, k, v, out, lse);
+  dispatch_floating(q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::attention_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>());
+  });
+}
+
+// dout [R, d_h] → dq [R, d_h], dk, dv [B, h_kv, S, d_h].
+void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  if (q.device().is_cuda()) return cuda::attention_kernels().backward(p, q, k, v, out, lse, dout, dq, dk, dv);
+  dispatch_floating(q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::attention_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(),
+                               dout.data<T>(), dq.data<T>(), dk.data<T>(), dv.data<T>());
+  });
+}
+
 // The op both forms share.  q_rows [R, d_h]; k, v [B, h_kv, S, d_h] → [R, d_h].
 Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, const Tensor& v,
                       AttentionProblem problem, const Tensor& key_padding_mask) {
   Tensor q_c = q_rows.contiguous(), k_c = k.contiguous(), v_c = v.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   problem.key_padding = mask.defined() ? mask.data<uint8_t>() : nullptr;
-  Tensor out = Tensor::empty(q_c.shape(), q_c.dtype());  // [R, d_h]
-  Tensor lse = Tensor::empty({q_c.size(0)}, q_c.dtype());  // [R]: log-sum-exp of each row's scores
-  dispatch_floating(q_c.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    cpu::attention_forward<T>(problem, q_c.data<T>(), k_c.data<T>(), v_c.data<T>(), out.data<T>(),
-                              lse.data<T>());
-  });
+  Tensor out = Tensor::empty(q_c.shape(), q_c.dtype(), q_c.device());  // [R, d_h]
+  Tensor lse = Tensor::empty({q_c.size(0)}, q_c.dtype(), q_c.device());  // [R]: log-sum-exp of each row's scores
+  run_forward(problem, q_c, k_c, v_c, out, lse);
 
   // Backward recomputes P from q, k and lse (cpu/attention.h).
   auto shared = std::make_shared<const AttentionProblem>(std::move(problem));
@@ -87,15 +108,10 @@ Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, con
         AttentionProblem p = *shared;
         p.key_padding = mask.defined() ? mask.data<uint8_t>() : nullptr;
         Tensor dout = g.contiguous();                      // [R, d_h]
-        Tensor dq = Tensor::empty(q.shape(), q.dtype());  // [R, d_h]
-        Tensor dk = Tensor::empty(k.shape(), k.dtype());  // [B, h_kv, S, d_h]
-        Tensor dv = Tensor::empty(v.shape(), v.dtype());
-        dispatch_floating(q.dtype(), [&](auto tag) {
-          using T = decltype(tag);
-          cpu::attention_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
-                                     lse.data<T>(), dout.data<T>(), dq.data<T>(), dk.data<T>(),
-                                     dv.data<T>());
-        });
+        Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());  // [R, d_h]
+        Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());  // [B, h_kv, S, d_h]
+        Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+        run_backward(p, q, k, v, out, lse, dout, dq, dk, dv);
         if (grads.wants(0)) grads.add(0, dq);
         if (grads.wants(1)) grads.add(1, dk);
         if (grads.wants(2)) grads.add(2, dv);
@@ -130,18 +146,19 @@ Tensor routed_attention(const Tensor& q_rows, const Tensor& k, const Tensor& v, 
   HEADROOM_CHECK(k.dim() == 4, "[", op, "] expected k of shape [B, h_kv, S, d_h], got ", shape_str(k.shape()));
   HEADROOM_CHECK(seq_len >= 1 && plan.num_tokens == k.size(0) * seq_len, "[", op, "] plan has ",
                  plan.num_tokens, " tokens but B*T = ", k.size(0), "*", seq_len);
-  check_cpu(op, {plan.offsets, plan.order});
   const int64_t heads = plan.num_segments, d_h = q_rows.size(1);
   check_inputs(op, q_rows, k, v, k.size(0), heads, d_h, opts);
 
   // One group per (segment = head, batch): a segment's rows are in token
-  // order, so each batch's rows form one run, sorted by position.
+  // order, so each batch's rows form one run, sorted by position.  The groups
+  // are built on the host (a copy of the plan's offsets and order when it
+  // lives on the device).
   AttentionProblem p = make_problem(k, heads, seq_len, d_h, opts);
   p.positions.resize(plan.rows());
-  const int32_t* offsets = plan.offsets.data<int32_t>();
+  const std::vector<int32_t> offsets = plan.offsets.to_vector<int32_t>(), order = plan.order.to_vector<int32_t>();
   for (int64_t head = 0; head < heads; ++head) {
     for (int64_t r = offsets[head]; r < offsets[head + 1]; ++r) {
-      const int64_t token = plan.token_of_row(r), batch = token / seq_len;
+      const int64_t token = order[r] / plan.k, batch = token / seq_len;
       p.positions[r] = int32_t(token % seq_len);
       if (r == offsets[head] || batch != p.groups.back().batch) {
         HEADROOM_CHECK(r == offsets[head] || batch > p.groups.back().batch, "[", op, "] rows of segment ",
