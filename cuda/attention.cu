@@ -229,6 +229,53 @@ __device__ TileRows tile_rows(const Params<T>& p, const QueryTile& tile, int war
   return rows;
 }
 
+// dots[r] = lane_row · warp_rows[r] for the warp's kRowsPerWarp rows
+// (lane_row [d] and warp_rows [kRowsPerWarp, d] in shared memory).
+template <typename T>
+__device__ void row_dots(const T* lane_row, const T* warp_rows, int d, T (&dots)[kRowsPerWarp]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) dots[r] = 0;
+  for (int c = 0; c < d; ++c) {
+    const T x = lane_row[c];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) dots[r] += x * warp_rows[r * d + c];
+  }
+}
+
+// acc[r] += Σ_{j < n} w_j[r] · block[j, :], where w_j is lane j's weight[r]
+// and block [n, d] sits in shared memory with row stride `stride`: lane c
+// accumulates columns c, c + 32, ... of each of the warp's rows.
+template <typename T, int kCols>
+__device__ void accumulate_rows(T (&acc)[kRowsPerWarp][kCols], const T (&weight)[kRowsPerWarp], const T* block,
+                                int n, int stride, int d) {
+  const int lane = threadIdx.x % kWarp;
+  for (int j = 0; j < n; ++j) {
+    T cols[kCols];  // block[j, lane + 32 i]
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int c = lane + i * kWarp;
+      cols[i] = c < d ? block[j * stride + c] : T(0);
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const T w = __shfl_sync(kFullMask, weight[r], j);
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) acc[r][i] += w * cols[i];
+    }
+  }
+}
+
+// dst[c] = factor · acc (the columns this lane holds) for c < d.
+template <typename T, int kCols>
+__device__ void store_row(const T (&acc)[kCols], T factor, T* dst, int d) {
+  const int lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) {
+    const int c = lane + i * kWarp;
+    if (c < d) dst[c] = factor * acc[i];
+  }
+}
+
 // ---- forward ------------------------------------------------------------------
 
 // out [R, d], lse [R]: one block per tile, warps × kRowsPerWarp rows.
@@ -266,14 +313,7 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp)
 
     // Lane j: scores of key s0 + j against the warp's rows.
     T score[kRowsPerWarp] = {};
-    if (lane < n) {
-      const T* k_row = k_block + lane * p.padded;
-      for (int c = 0; c < d; ++c) {
-        const T kc = k_row[c];
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) score[r] += q_rows[r * d + c] * kc;
-      }
-    }
+    if (lane < n) row_dots(k_block + lane * p.padded, q_rows, d, score);
 
     // Online softmax per row: prob = exp(score - running max), the running
     // sum and the accumulator rescaled to the new max (cpu online_softmax_row).
@@ -295,21 +335,7 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp)
         prob[r] = kept(p, tile.batch, tile.head, rows.pos[r], key) ? prob[r] * p.kept_scale : T(0);
     }
 
-    // acc[r] += P[r, :] · V_block: lane c holds columns c, c + 32, ...
-    for (int j = 0; j < n; ++j) {
-      T v_cols[kCols];
-#pragma unroll
-      for (int i = 0; i < kCols; ++i) {
-        const int c = lane + i * kWarp;
-        v_cols[i] = c < d ? v_block[j * d + c] : T(0);
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const T pj = __shfl_sync(kFullMask, prob[r], j);
-#pragma unroll
-        for (int i = 0; i < kCols; ++i) acc[r][i] += pj * v_cols[i];
-      }
-    }
+    accumulate_rows(acc, prob, v_block, n, d, d);  // acc += P · V_block
   }
 
   // Normalise; a row that saw no key gets output 0 and lse +inf.
@@ -317,12 +343,7 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp)
   for (int r = 0; r < kRowsPerWarp; ++r) {
     if (!rows.active[r]) continue;
     const int64_t row = tile.row0 + rows.local[r];
-    const T inv = row_sum[r] > 0 ? T(1) / row_sum[r] : T(0);
-#pragma unroll
-    for (int i = 0; i < kCols; ++i) {
-      const int c = lane + i * kWarp;
-      if (c < d) out[row * d + c] = acc[r][i] * inv;
-    }
+    store_row(acc[r], row_sum[r] > 0 ? T(1) / row_sum[r] : T(0), out + row * d, d);
     if (lane == 0) lse[row] = row_sum[r] > 0 ? row_max[r] + log_of(row_sum[r]) : infinity<T>();
   }
 }
@@ -382,16 +403,8 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp)
     // Lane j: score q·k_j and dP = dout·v_j for the warp's rows.
     T score[kRowsPerWarp] = {}, dprob[kRowsPerWarp] = {};
     if (lane < n) {
-      const T* k_row = k_block + lane * p.padded;
-      const T* v_row = v_block + lane * p.padded;
-      for (int c = 0; c < d; ++c) {
-        const T kc = k_row[c], vc = v_row[c];
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          score[r] += q_rows[r * d + c] * kc;
-          dprob[r] += dout_rows[r * d + c] * vc;
-        }
-      }
+      row_dots(k_block + lane * p.padded, q_rows, d, score);
+      row_dots(v_block + lane * p.padded, dout_rows, d, dprob);
     }
     T dscore[kRowsPerWarp];
 #pragma unroll
@@ -404,33 +417,12 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp)
       dscore[r] = prob * (dp - row_d[r]);
     }
 
-    // acc[r] += dS[r, :] · K_block.
-    for (int j = 0; j < n; ++j) {
-      T k_cols[kCols];
-#pragma unroll
-      for (int i = 0; i < kCols; ++i) {
-        const int c = lane + i * kWarp;
-        k_cols[i] = c < d ? k_block[j * p.padded + c] : T(0);
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const T ds = __shfl_sync(kFullMask, dscore[r], j);
-#pragma unroll
-        for (int i = 0; i < kCols; ++i) acc[r][i] += ds * k_cols[i];
-      }
-    }
+    accumulate_rows(acc, dscore, k_block, n, p.padded, d);  // acc += dS · K_block
   }
 
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (!rows.active[r]) continue;
-    const int64_t row = tile.row0 + rows.local[r];
-#pragma unroll
-    for (int i = 0; i < kCols; ++i) {
-      const int c = lane + i * kWarp;
-      if (c < d) dq[row * d + c] = p.scale * acc[r][i];
-    }
-  }
+  for (int r = 0; r < kRowsPerWarp; ++r)
+    if (rows.active[r]) store_row(acc[r], p.scale, dq + (tile.row0 + rows.local[r]) * int64_t(d), d);
 }
 
 // First row of [begin, end) whose position sees a key >= s0 (rows are sorted
@@ -497,16 +489,8 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp)
     // Lane i: score q_i·k and dP = dout_i·v for the warp's keys.
     T score[kRowsPerWarp] = {}, dprob[kRowsPerWarp] = {};
     if (lane < m) {
-      const T* q_row = q_chunk + lane * p.padded;
-      const T* dout_row = dout_chunk + lane * p.padded;
-      for (int c = 0; c < d; ++c) {
-        const T qc = q_row[c], dc = dout_row[c];
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          score[r] += qc * k_warp[r * d + c];
-          dprob[r] += dc * v_warp[r * d + c];
-        }
-      }
+      row_dots(q_chunk + lane * p.padded, k_warp, d, score);
+      row_dots(dout_chunk + lane * p.padded, v_warp, d, dprob);
     }
     T kept_prob[kRowsPerWarp], dscore[kRowsPerWarp];  // P after dropout, and dS
 #pragma unroll
@@ -524,39 +508,16 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp)
       dscore[r] = prob * (dp - chunk_d[lane]);
     }
 
-    // acc_v[r] += Σ_i P_kept[i, r] · dout_i;  acc_k[r] += Σ_i dS[i, r] · q_i.
-    for (int i_row = 0; i_row < m; ++i_row) {
-      T dout_cols[kCols], q_cols[kCols];
-#pragma unroll
-      for (int i = 0; i < kCols; ++i) {
-        const int c = lane + i * kWarp;
-        dout_cols[i] = c < d ? dout_chunk[i_row * p.padded + c] : T(0);
-        q_cols[i] = c < d ? q_chunk[i_row * p.padded + c] : T(0);
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const T pv = __shfl_sync(kFullMask, kept_prob[r], i_row);
-        const T ds = __shfl_sync(kFullMask, dscore[r], i_row);
-#pragma unroll
-        for (int i = 0; i < kCols; ++i) {
-          acc_v[r][i] += pv * dout_cols[i];
-          acc_k[r][i] += ds * q_cols[i];
-        }
-      }
-    }
+    accumulate_rows(acc_v, kept_prob, dout_chunk, m, p.padded, d);  // dV += P_keptᵀ · dout
+    accumulate_rows(acc_k, dscore, q_chunk, m, p.padded, d);        // dK += dSᵀ · Q
   }
 
   const int64_t slice = int64_t(pair) * p.num_keys * d;
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     if (key[r] >= p.num_keys) continue;
-#pragma unroll
-    for (int i = 0; i < kCols; ++i) {
-      const int c = lane + i * kWarp;
-      if (c >= d) continue;
-      dk_out[slice + key[r] * d + c] = p.scale * acc_k[r][i];
-      dv_out[slice + key[r] * d + c] = acc_v[r][i];
-    }
+    store_row(acc_k[r], p.scale, dk_out + slice + key[r] * d, d);
+    store_row(acc_v[r], T(1), dv_out + slice + key[r] * d, d);
   }
 }
 

@@ -73,6 +73,13 @@ RoutePlan random_plan(int64_t tokens, int64_t per_token, int64_t heads, bool lea
   return route(Tensor::from_vector(choices, {tokens, per_token}), heads);
 }
 
+AttentionOptions causal_with_dropout(double dropout) {
+  AttentionOptions o;
+  o.causal = true;
+  o.dropout = dropout;
+  return o;
+}
+
 constexpr double kAtol32 = 1e-4, kRtol32 = 1e-4;
 
 }  // namespace
@@ -141,9 +148,7 @@ TEST_CASE("cuda attention: key padding with a fully padded sequence, causal or n
 TEST_CASE("cuda attention: dropout reproduces the CPU mask, dense and routed, h_kv = h or 1") {
   HEADROOM_REQUIRE_CUDA();
   const int64_t B = 2, h = 3, T = 45, d = 32;
-  AttentionOptions o;
-  o.dropout = 0.2;
-  o.causal = true;
+  const AttentionOptions o = causal_with_dropout(0.2);
   Tensor mask = padding_mask(B, T, {{4}, {0, 1, 44}});
   RoutePlan plan = random_plan(B * T, 2, h, false, 5);
   for (int64_t h_kv : {h, int64_t(1)}) {
@@ -181,9 +186,7 @@ TEST_CASE("cuda routed_attention: an empty head, T = 1, causal with padding, h_k
 TEST_CASE("cuda attention f64: dense and routed with every option on") {
   HEADROOM_REQUIRE_CUDA();
   const int64_t B = 2, h = 2, T = 65, d = 40;
-  AttentionOptions o;
-  o.causal = true;
-  o.dropout = 0.1;
+  const AttentionOptions o = causal_with_dropout(0.1);
   Tensor mask = padding_mask(B, T, {{7, 64}, {1}});
   RoutePlan plan = random_plan(B * T, 1, h, false, 8);
   for (int64_t h_kv : {h, int64_t(1)}) {
@@ -199,9 +202,7 @@ TEST_CASE("cuda attention f64: dense and routed with every option on") {
 TEST_CASE("cuda attention: routed over every (token, head) pair equals dense, and reruns are bitwise equal") {
   HEADROOM_REQUIRE_CUDA();
   const int64_t B = 2, h = 3, T = 50, d = 32;
-  AttentionOptions o;
-  o.causal = true;
-  o.dropout = 0.1;
+  const AttentionOptions o = causal_with_dropout(0.1);
   std::vector<Tensor> in = qkv(B, h, 1, T, T, d, 70);
   for (Tensor& t : in) t = t.to(Device::cuda()).set_requires_grad();
   Tensor mask = padding_mask(B, T, {{3}, {}}).to(Device::cuda());
