@@ -4,7 +4,8 @@
 // result is a pure function of the inputs (no atomics, no scheduling
 // dependence).  Column sums over rows (the norm's weight and bias gradients)
 // run per column in row order, in chunks whose partial sums a second pass adds
-// in chunk order.
+// in chunk order.  Math calls are spelled ::exp, ::log, ::sqrt: CUDA's float
+// and double overloads, never headroom's Tensor ops of the same names.
 #include <algorithm>
 #include <limits>
 
@@ -83,7 +84,7 @@ template <typename T>
 __device__ T block_logsumexp(const T* x, int64_t n) {
   const T top = block_max(x, n);
   if (top == neg_inf<T>()) return top;
-  return top + log(block_sum<T>(n, [&](int64_t i) { return exp(x[i] - top); }));
+  return top + ::log(block_sum<T>(n, [&](int64_t i) { return ::exp(x[i] - top); }));
 }
 
 // Threads per block of a row kernel: a power of two in [32, 512] that
@@ -114,13 +115,13 @@ __global__ void softmax_forward_kernel(const T* x, T* y, int64_t rows, int64_t n
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = log_out ? neg_inf<T>() : T(0);
       continue;
     }
-    const T sum = block_sum<T>(n, [&](int64_t i) { return exp(xr[i] - top); });
+    const T sum = block_sum<T>(n, [&](int64_t i) { return ::exp(xr[i] - top); });
     if (log_out) {
-      const T lse = top + log(sum);
+      const T lse = top + ::log(sum);
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] - lse;
     } else {
       const T inv_sum = T(1) / sum;
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = exp(xr[i] - top) * inv_sum;
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = ::exp(xr[i] - top) * inv_sum;
     }
   }
 }
@@ -136,7 +137,7 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t 
     T* dr = dx + r * n;
     if (log_out) {
       const T total = block_sum<T>(n, [&](int64_t i) { return gr[i]; });
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dr[i] = gr[i] - exp(yr[i]) * total;
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dr[i] = gr[i] - ::exp(yr[i]) * total;
     } else {
       const T dot = block_sum<T>(n, [&](int64_t i) { return gr[i] * yr[i]; });
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dr[i] = yr[i] * (gr[i] - dot);
@@ -156,7 +157,7 @@ __global__ void norm_forward_kernel(const T* x, const T* weight, const T* bias, 
     const T mu = center ? block_sum<T>(d, [&](int64_t i) { return xr[i]; }) / T(d) : T(0);
     // Two passes, as on the CPU: accurate when |mean| >> std.
     const T square_sum = block_sum<T>(d, [&](int64_t i) { return (xr[i] - mu) * (xr[i] - mu); });
-    const T inv_std = T(1) / sqrt(square_sum / T(d) + T(eps));
+    const T inv_std = T(1) / ::sqrt(square_sum / T(d) + T(eps));
     if (threadIdx.x == 0) mean[r] = mu, rstd[r] = inv_std;
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
       T value = (xr[i] - mu) * inv_std;
@@ -282,7 +283,7 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int32_t* ta
       continue;
     }
     const T g = T(double(row_grad[broadcast_grad ? 0 : r]) * grad_scale);
-    T value = g * (exp(logits[i] - lse[r]) - uniform_share);
+    T value = g * (::exp(logits[i] - lse[r]) - uniform_share);
     if (c == target) value -= g * (T(1) - s);
     dlogits[i] = value;
   }
