@@ -5,6 +5,8 @@
 #include "headroom/core/error.h"
 #include "headroom/cuda/copy.h"
 #include "headroom/cuda/cuda.h"
+#include "headroom/cuda/matmul.h"
+#include "headroom/cuda/nn.h"
 
 namespace headroom::cuda {
 
@@ -23,5 +25,7 @@ bool tf32_enabled() { return false; }
 
 Backend& backend() { unavailable(); }
 CopyKernels& copy_kernels() { unavailable(); }
+MatmulKernels& matmul_kernels() { unavailable(); }
+NnKernels& nn_kernels() { unavailable(); }
 
 }  // namespace headroom::cuda
