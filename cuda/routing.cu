@@ -187,9 +187,15 @@ constexpr int kScanThreads = 1024;
 
 // Pairs per chunk, at least: a block of kThreads walks ~4 tiles of its chunk.
 constexpr int64_t kRouteChunk = 1024;
-// Histogram entries at most (4 MiB of i32): with many segments the chunks grow
-// instead (index_select's backward routes over a whole vocabulary).
-constexpr int64_t kHistogramBudget = int64_t(1) << 20;
+
+// Chunks for `pairs` pairs over `segments` segments.  The one-block scan reads
+// segments * chunks entries, so with many segments (index_select's backward
+// routes over all rows of a tensor) the chunks grow instead: at most
+// max(4 * pairs, 65536) entries.
+int64_t route_chunks(int64_t pairs, int64_t segments) {
+  const int64_t budget = std::max<int64_t>(4 * pairs, int64_t(1) << 16);
+  return std::max<int64_t>(1, std::min(ceil_div(pairs, kRouteChunk), budget / segments));
+}
 
 __global__ void route_histogram(const int32_t* chosen, int64_t pairs, int64_t chunk, int64_t chunks, int32_t* hist) {
   for (int64_t p = thread_index(); p < pairs; p += thread_count())
@@ -526,7 +532,7 @@ struct CudaRoutingKernels final : RoutingKernels {
     const int device = chosen.device().index;
     DeviceGuard guard(device);
     cudaStream_t s = stream(device);
-    const int64_t chunks = std::max<int64_t>(1, std::min(ceil_div(pairs, kRouteChunk), kHistogramBudget / segments));
+    const int64_t chunks = route_chunks(pairs, segments);
     const int64_t chunk = std::max<int64_t>(1, ceil_div(pairs, chunks));
     Tensor hist = Tensor::zeros({segments * chunks}, DType::i32, chosen.device());  // [segments, chunks]
     route_histogram<<<capped_grid(pairs), kThreads, 0, s>>>(chosen.data<int32_t>(), pairs, chunk, chunks,

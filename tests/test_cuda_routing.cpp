@@ -73,11 +73,13 @@ Tensor randn(const Shape& shape, uint64_t seed, DType dtype = DType::f32) {
 TEST_CASE("cuda routing: route() builds the CPU's plan on the device") {
   HEADROOM_REQUIRE_CUDA();
   std::vector<RoutingCase> cases = routing_cases();
-  // Many chunks of pairs; more segments than pairs; so many segments that one
-  // chunk holds every pair; no tokens at all.
+  // The pairs cut into 6 chunks; into 3, fewer because of the segment count;
+  // more segments than pairs; so many segments that one chunk holds all 5000
+  // pairs; no tokens at all.
   cases.push_back({"many chunks", random_indices(3000, 2, 7, 2), 7});
+  cases.push_back({"chunks limited by segments", random_indices(3000, 2, 20000, 6), 20000});
   cases.push_back({"sparse segments", random_indices(40, 3, 5000, 3), 5000});
-  cases.push_back({"one chunk", random_indices(2500, 2, (1 << 20) + 3, 4), (1 << 20) + 3});
+  cases.push_back({"one chunk", random_indices(2500, 2, 100003, 4), 100003});
   cases.push_back({"no tokens", Tensor::empty({0, 2}, DType::i32), 3});
   for (const RoutingCase& c : cases) {
     INFO(c.name);
@@ -147,7 +149,8 @@ TEST_CASE("cuda routing: topk matches the CPU, ties, NaN, values and gradient") 
 TEST_CASE("cuda routing: index_select forward and backward on every dimension") {
   HEADROOM_REQUIRE_CUDA();
   Tensor x = randn({5, 6, 7}, 1);
-  const std::vector<int32_t> picks[3] = {{4, 1, 4, 0, 4}, {5, 0, 5}, {6, 6, 1, 0, 2, 6, 6}};
+  // Per dimension of the permuted view [6, 7, 5].
+  const std::vector<int32_t> picks[3] = {{4, 1, 4, 0, 5}, {6, 0, 6}, {4, 4, 1, 0, 2, 4, 4}};
   for (int dim = 0; dim < 3; ++dim) {
     INFO("dim ", dim);
     Tensor indices = Tensor::from_vector(picks[dim]);
