@@ -7,6 +7,7 @@
 #include "headroom/cuda/cuda.h"
 #include "headroom/cuda/matmul.h"
 #include "headroom/cuda/nn.h"
+#include "headroom/cuda/routing.h"
 
 namespace headroom::cuda {
 
@@ -27,5 +28,6 @@ Backend& backend() { unavailable(); }
 CopyKernels& copy_kernels() { unavailable(); }
 MatmulKernels& matmul_kernels() { unavailable(); }
 NnKernels& nn_kernels() { unavailable(); }
+RoutingKernels& routing_kernels() { unavailable(); }
 
 }  // namespace headroom::cuda
