@@ -5,6 +5,8 @@
 #include "headroom/core/error.h"
 #include "headroom/cuda/copy.h"
 #include "headroom/cuda/cuda.h"
+#include "headroom/cuda/elementwise.h"
+#include "headroom/cuda/reduce.h"
 
 namespace headroom::cuda {
 
@@ -23,5 +25,7 @@ bool tf32_enabled() { return false; }
 
 Backend& backend() { unavailable(); }
 CopyKernels& copy_kernels() { unavailable(); }
+ElementwiseKernels& elementwise_kernels() { unavailable(); }
+ReduceKernels& reduce_kernels() { unavailable(); }
 
 }  // namespace headroom::cuda
