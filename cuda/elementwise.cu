@@ -2,6 +2,8 @@
 // small device functors it applies.  Each functor mirrors its CPU twin in
 // ops/cpu/elementwise.cpp formula for formula, so both devices agree to the
 // last few ulps (the device's libm differs from glibc by an ulp or two).
+// Math calls are spelled ::exp, ::log, ... so that headroom's Tensor ops of
+// the same names can never hide CUDA's float and double overloads.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -113,9 +115,11 @@ struct Div {
 // PyTorch's conventions where a formula is 0 * inf: d/da = 0 when b == 0, and
 // d/db = 0 when a == 0 and b >= 0.
 struct Pow {
-  template <typename T> __device__ T operator()(T a, T b) const { return pow(a, b); }
-  template <typename T> __device__ T da(T a, T b) const { return b == 0 ? T(0) : b * pow(a, b - 1); }
-  template <typename T> __device__ T db(T a, T b) const { return a == 0 && b >= 0 ? T(0) : pow(a, b) * log(a); }
+  template <typename T> __device__ T operator()(T a, T b) const { return ::pow(a, b); }
+  template <typename T> __device__ T da(T a, T b) const { return b == 0 ? T(0) : b * ::pow(a, b - 1); }
+  template <typename T> __device__ T db(T a, T b) const {
+    return a == 0 && b >= 0 ? T(0) : ::pow(a, b) * ::log(a);
+  }
 };
 
 // The winner takes the gradient, a tie splits it; a NaN in either input wins.
@@ -172,7 +176,7 @@ struct BinaryGradB {
 
 template <typename T>
 __device__ T sigmoid_of(T x) {
-  return 1 / (1 + exp(-x));
+  return 1 / (1 + ::exp(-x));
 }
 
 struct Neg {
@@ -181,24 +185,24 @@ struct Neg {
 };
 
 struct Exp {
-  template <typename T> __device__ T operator()(T x) const { return exp(x); }
-  template <typename T> __device__ T grad(T x) const { return exp(x); }
+  template <typename T> __device__ T operator()(T x) const { return ::exp(x); }
+  template <typename T> __device__ T grad(T x) const { return ::exp(x); }
 };
 
 struct Log {
-  template <typename T> __device__ T operator()(T x) const { return log(x); }
+  template <typename T> __device__ T operator()(T x) const { return ::log(x); }
   template <typename T> __device__ T grad(T x) const { return 1 / x; }
 };
 
 struct Sqrt {
-  template <typename T> __device__ T operator()(T x) const { return sqrt(x); }
-  template <typename T> __device__ T grad(T x) const { return T(0.5) / sqrt(x); }
+  template <typename T> __device__ T operator()(T x) const { return ::sqrt(x); }
+  template <typename T> __device__ T grad(T x) const { return T(0.5) / ::sqrt(x); }
 };
 
 struct Tanh {
-  template <typename T> __device__ T operator()(T x) const { return tanh(x); }
+  template <typename T> __device__ T operator()(T x) const { return ::tanh(x); }
   template <typename T> __device__ T grad(T x) const {
-    T t = tanh(x);
+    T t = ::tanh(x);
     return 1 - t * t;
   }
 };
@@ -218,10 +222,10 @@ struct Relu {
 
 // x * Phi(x); derivative Phi(x) + x * phi(x).
 struct GeluErf {
-  template <typename T> __device__ static T cdf(T x) { return T(0.5) * (1 + erf(x * T(M_SQRT1_2))); }
+  template <typename T> __device__ static T cdf(T x) { return T(0.5) * (1 + ::erf(x * T(M_SQRT1_2))); }
   template <typename T> __device__ T operator()(T x) const { return x * cdf(x); }
   template <typename T> __device__ T grad(T x) const {
-    const T density = T(0.5 * M_2_SQRTPI * M_SQRT1_2) * exp(T(-0.5) * x * x);
+    const T density = T(0.5 * M_2_SQRTPI * M_SQRT1_2) * ::exp(T(-0.5) * x * x);
     return cdf(x) + x * density;
   }
 };
@@ -230,7 +234,9 @@ struct GeluErf {
 struct GeluTanh {
   static constexpr double kScale = 0.7978845608028654;  // sqrt(2 / pi)
   static constexpr double kCubic = 0.044715;
-  template <typename T> __device__ static T tanh_u(T x) { return tanh(T(kScale) * (x + T(kCubic) * x * x * x)); }
+  template <typename T> __device__ static T tanh_u(T x) {
+    return ::tanh(T(kScale) * (x + T(kCubic) * x * x * x));
+  }
   template <typename T> __device__ T operator()(T x) const { return T(0.5) * x * (1 + tanh_u(x)); }
   template <typename T> __device__ T grad(T x) const {
     const T t = tanh_u(x);
@@ -248,7 +254,7 @@ struct Silu {
 };
 
 struct Abs {
-  template <typename T> __device__ T operator()(T x) const { return fabs(x); }
+  template <typename T> __device__ T operator()(T x) const { return ::fabs(x); }
   template <typename T> __device__ T grad(T x) const { return x > 0 ? T(1) : x < 0 ? T(-1) : T(0); }
 };
 

@@ -46,22 +46,22 @@ struct LogSumExpReducer {
   __device__ State init() const { return {-INFINITY, 0}; }
   __device__ void step(State& s, T v, int64_t) const {
     if (v > s.max) {
-      s.sum = s.sum * exp(s.max - v) + 1;
+      s.sum = s.sum * ::exp(s.max - v) + 1;
       s.max = v;
     } else if (v != -INFINITY) {  // a NaN lands here and makes the sum NaN
-      s.sum += exp(v - s.max);
+      s.sum += ::exp(v - s.max);
     }
   }
   // sum(exp(x - from)) re-expressed against `to` >= from (no inf - inf when they are equal).
   __device__ static double rescale(double sum, double from, double to) {
-    return from == to ? sum : sum * exp(from - to);
+    return from == to ? sum : sum * ::exp(from - to);
   }
   __device__ State merge(State a, State b) const {
     const double max = a.max > b.max ? a.max : b.max;
     return {max, rescale(a.sum, a.max, max) + rescale(b.sum, b.max, max)};
   }
   __device__ void store(int64_t j, State s) const {
-    out[j] = static_cast<T>(s.sum == 0 ? -INFINITY : s.max + log(s.sum));
+    out[j] = static_cast<T>(s.sum == 0 ? -INFINITY : s.max + ::log(s.sum));
   }
 };
 
