@@ -171,10 +171,11 @@ double Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  // A device tensor arrives contiguous: walk the copy with its own strides.
+  if (!device().is_cpu()) return to(Device::cpu()).to_vector<T>();
   std::vector<T> out;
   out.reserve(numel());
-  const void* base = host.impl().storage->data;
+  const void* base = impl().storage->data;
   DType dt = dtype();
   for_each_offset(shape(), strides(), offset(),
                   [&](int64_t off) { out.push_back(static_cast<T>(read_element(base, dt, off))); });
