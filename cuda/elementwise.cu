@@ -61,7 +61,7 @@ Operand<T> operand(const Tensor& t, const Shape& shape, const char* op) {
 // Offset of linear element i.  One dimension (after collapse) covers all n
 // elements, so i indexes it directly.
 __device__ inline int64_t operand_offset(const Layout& layout, int64_t i) {
-  return layout.dims == 1 ? i * layout.stride[0] : element_offset(layout, i);
+  return layout.dims == 1 ? layout.offset + i * layout.stride[0] : element_offset(layout, i);
 }
 
 // out[i] = fn(in_0[i], in_1[i], ...) over out's elements; out contiguous.
