@@ -5,8 +5,10 @@
 #include "headroom/core/error.h"
 #include "headroom/cuda/copy.h"
 #include "headroom/cuda/cuda.h"
+#include "headroom/cuda/elementwise.h"
 #include "headroom/cuda/matmul.h"
 #include "headroom/cuda/nn.h"
+#include "headroom/cuda/reduce.h"
 #include "headroom/cuda/routing.h"
 
 namespace headroom::cuda {
@@ -26,8 +28,10 @@ bool tf32_enabled() { return false; }
 
 Backend& backend() { unavailable(); }
 CopyKernels& copy_kernels() { unavailable(); }
+ElementwiseKernels& elementwise_kernels() { unavailable(); }
 MatmulKernels& matmul_kernels() { unavailable(); }
 NnKernels& nn_kernels() { unavailable(); }
+ReduceKernels& reduce_kernels() { unavailable(); }
 RoutingKernels& routing_kernels() { unavailable(); }
 
 }  // namespace headroom::cuda
