@@ -75,9 +75,12 @@ double read_element(const void* base, DType dtype, int64_t offset) {
 }  // namespace
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
-  Tensor host = empty(shape, dtype);
-  fill_contiguous(host.raw_data(), dtype, host.numel(), value);
-  return device.is_cpu() ? host : host.to(device);
+  Tensor t = empty(shape, dtype, device);
+  // On a GPU a fill kernel, not a copy from the host: scalars such as the 2
+  // in x * 2 are made on every call, and a copy would wait for the device.
+  if (device.is_cuda()) cuda::copy_kernels().fill(t, value);
+  else fill_contiguous(t.raw_data(), dtype, t.numel(), value);
+  return t;
 }
 
 Tensor Tensor::scalar(double value, DType dtype) { return full({}, value, dtype); }
