@@ -1,9 +1,7 @@
-// CUDA element-wise kernels: one broadcast map kernel (map_kernel) and the
-// small device functors it applies.  Each functor mirrors its CPU twin in
-// ops/cpu/elementwise.cpp formula for formula, so both devices agree to the
-// last few ulps (the device's libm differs from glibc by an ulp or two).
-// Math calls are spelled ::exp, ::log, ... so that headroom's Tensor ops of
-// the same names can never hide CUDA's float and double overloads.
+// CUDA element-wise kernels: one broadcast map kernel (map_kernel) applying
+// the functors of ops/elementwise_math.h, the same formulas the CPU kernels
+// use, so both devices agree to the last few ulps (the device's libm differs
+// from glibc by an ulp or two).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +9,7 @@
 #include "headroom/cuda/elementwise.h"
 #include "headroom/cuda/indexing.cuh"
 #include "headroom/cuda/runtime.h"
+#include "headroom/ops/elementwise_math.h"
 
 namespace headroom::cuda {
 namespace {
@@ -20,6 +19,8 @@ using cpu::CompareOp;
 using cpu::LogicalOp;
 using cpu::UnaryArgs;
 using cpu::UnaryOp;
+using elementwise::with_binary;
+using elementwise::with_unary;
 
 // ---- operands: a data pointer and a layout over the output's shape -------------------
 
@@ -86,73 +87,6 @@ void map_elements(const char* name, Fn fn, const Tensor& out, const Tensors&... 
   check_launch(name);
 }
 
-// ---- binary ops: value, d/da, d/db (as ops/cpu/elementwise.cpp) ------------------------
-
-struct Add {
-  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
-  template <typename T> __device__ T da(T, T) const { return 1; }
-  template <typename T> __device__ T db(T, T) const { return 1; }
-};
-
-struct Sub {
-  template <typename T> __device__ T operator()(T a, T b) const { return a - b; }
-  template <typename T> __device__ T da(T, T) const { return 1; }
-  template <typename T> __device__ T db(T, T) const { return -1; }
-};
-
-struct Mul {
-  template <typename T> __device__ T operator()(T a, T b) const { return a * b; }
-  template <typename T> __device__ T da(T, T b) const { return b; }
-  template <typename T> __device__ T db(T a, T) const { return a; }
-};
-
-struct Div {
-  template <typename T> __device__ T operator()(T a, T b) const { return a / b; }
-  template <typename T> __device__ T da(T, T b) const { return 1 / b; }
-  template <typename T> __device__ T db(T a, T b) const { return -a / (b * b); }
-};
-
-// PyTorch's conventions where a formula is 0 * inf: d/da = 0 when b == 0, and
-// d/db = 0 when a == 0 and b >= 0.
-struct Pow {
-  template <typename T> __device__ T operator()(T a, T b) const { return ::pow(a, b); }
-  template <typename T> __device__ T da(T a, T b) const { return b == 0 ? T(0) : b * ::pow(a, b - 1); }
-  template <typename T> __device__ T db(T a, T b) const {
-    return a == 0 && b >= 0 ? T(0) : ::pow(a, b) * ::log(a);
-  }
-};
-
-// The winner takes the gradient, a tie splits it; a NaN in either input wins.
-template <typename T>
-__device__ T winner_share(bool wins, bool tie) {
-  return wins ? T(1) : tie ? T(0.5) : T(0);
-}
-
-struct Maximum {
-  template <typename T> __device__ T operator()(T a, T b) const { return a != a || a > b ? a : b; }
-  template <typename T> __device__ T da(T a, T b) const { return winner_share<T>(a > b, a == b); }
-  template <typename T> __device__ T db(T a, T b) const { return winner_share<T>(b > a, a == b); }
-};
-
-struct Minimum {
-  template <typename T> __device__ T operator()(T a, T b) const { return a != a || a < b ? a : b; }
-  template <typename T> __device__ T da(T a, T b) const { return winner_share<T>(a < b, a == b); }
-  template <typename T> __device__ T db(T a, T b) const { return winner_share<T>(b < a, a == b); }
-};
-
-template <typename Body>
-void with_binary(BinaryOp op, Body body) {
-  switch (op) {
-    case BinaryOp::add: return body(Add{});
-    case BinaryOp::sub: return body(Sub{});
-    case BinaryOp::mul: return body(Mul{});
-    case BinaryOp::div: return body(Div{});
-    case BinaryOp::pow: return body(Pow{});
-    case BinaryOp::maximum: return body(Maximum{});
-    case BinaryOp::minimum: return body(Minimum{});
-  }
-}
-
 // The map functors of the binary kernels (no extended lambdas in this build).
 template <typename F>
 struct BinaryValue {
@@ -171,120 +105,6 @@ struct BinaryGradB {
   F f;
   template <typename T> __device__ T operator()(T a, T b, T g) const { return g * f.db(a, b); }
 };
-
-// ---- unary ops: value and derivative (as ops/cpu/elementwise.cpp) -----------------------
-
-template <typename T>
-__device__ T sigmoid_of(T x) {
-  return 1 / (1 + ::exp(-x));
-}
-
-struct Neg {
-  template <typename T> __device__ T operator()(T x) const { return -x; }
-  template <typename T> __device__ T grad(T) const { return -1; }
-};
-
-struct Exp {
-  template <typename T> __device__ T operator()(T x) const { return ::exp(x); }
-  template <typename T> __device__ T grad(T x) const { return ::exp(x); }
-};
-
-struct Log {
-  template <typename T> __device__ T operator()(T x) const { return ::log(x); }
-  template <typename T> __device__ T grad(T x) const { return 1 / x; }
-};
-
-struct Sqrt {
-  template <typename T> __device__ T operator()(T x) const { return ::sqrt(x); }
-  template <typename T> __device__ T grad(T x) const { return T(0.5) / ::sqrt(x); }
-};
-
-struct Tanh {
-  template <typename T> __device__ T operator()(T x) const { return ::tanh(x); }
-  template <typename T> __device__ T grad(T x) const {
-    T t = ::tanh(x);
-    return 1 - t * t;
-  }
-};
-
-struct Sigmoid {
-  template <typename T> __device__ T operator()(T x) const { return sigmoid_of(x); }
-  template <typename T> __device__ T grad(T x) const {
-    T s = sigmoid_of(x);
-    return s * (1 - s);
-  }
-};
-
-struct Relu {
-  template <typename T> __device__ T operator()(T x) const { return x > 0 ? x : T(0); }
-  template <typename T> __device__ T grad(T x) const { return x > 0 ? T(1) : T(0); }
-};
-
-// x * Phi(x); derivative Phi(x) + x * phi(x).
-struct GeluErf {
-  template <typename T> __device__ static T cdf(T x) { return T(0.5) * (1 + ::erf(x * T(M_SQRT1_2))); }
-  template <typename T> __device__ T operator()(T x) const { return x * cdf(x); }
-  template <typename T> __device__ T grad(T x) const {
-    const T density = T(0.5 * M_2_SQRTPI * M_SQRT1_2) * ::exp(T(-0.5) * x * x);
-    return cdf(x) + x * density;
-  }
-};
-
-// 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
-struct GeluTanh {
-  static constexpr double kScale = 0.7978845608028654;  // sqrt(2 / pi)
-  static constexpr double kCubic = 0.044715;
-  template <typename T> __device__ static T tanh_u(T x) {
-    return ::tanh(T(kScale) * (x + T(kCubic) * x * x * x));
-  }
-  template <typename T> __device__ T operator()(T x) const { return T(0.5) * x * (1 + tanh_u(x)); }
-  template <typename T> __device__ T grad(T x) const {
-    const T t = tanh_u(x);
-    const T du = T(kScale) * (1 + T(3 * kCubic) * x * x);
-    return T(0.5) * (1 + t) + T(0.5) * x * (1 - t * t) * du;
-  }
-};
-
-struct Silu {
-  template <typename T> __device__ T operator()(T x) const { return x * sigmoid_of(x); }
-  template <typename T> __device__ T grad(T x) const {
-    T s = sigmoid_of(x);
-    return s * (1 + x * (1 - s));
-  }
-};
-
-struct Abs {
-  template <typename T> __device__ T operator()(T x) const { return ::fabs(x); }
-  template <typename T> __device__ T grad(T x) const { return x > 0 ? T(1) : x < 0 ? T(-1) : T(0); }
-};
-
-// std::min(std::max(x, min), max) spelled out, so a NaN passes through as on the CPU.
-struct Clamp {
-  double min, max;
-  template <typename T> __device__ T operator()(T x) const {
-    const T low = x < T(min) ? T(min) : x;
-    return T(max) < low ? T(max) : low;
-  }
-  template <typename T> __device__ T grad(T x) const { return x >= T(min) && x <= T(max) ? T(1) : T(0); }
-};
-
-template <typename Body>
-void with_unary(UnaryOp op, UnaryArgs args, Body body) {
-  switch (op) {
-    case UnaryOp::neg: return body(Neg{});
-    case UnaryOp::exp: return body(Exp{});
-    case UnaryOp::log: return body(Log{});
-    case UnaryOp::sqrt: return body(Sqrt{});
-    case UnaryOp::tanh: return body(Tanh{});
-    case UnaryOp::sigmoid: return body(Sigmoid{});
-    case UnaryOp::relu: return body(Relu{});
-    case UnaryOp::gelu_erf: return body(GeluErf{});
-    case UnaryOp::gelu_tanh: return body(GeluTanh{});
-    case UnaryOp::silu: return body(Silu{});
-    case UnaryOp::abs: return body(Abs{});
-    case UnaryOp::clamp: return body(Clamp{args.min, args.max});
-  }
-}
 
 template <typename F>
 struct UnaryValue {
@@ -376,7 +196,7 @@ struct CudaElementwiseKernels final : ElementwiseKernels {
 
   void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) override {
     with_compare(op, [&](auto f) {
-      cpu::with_any(a.dtype(), [&](auto zero) {
+      dispatch_any(a.dtype(), [&](auto zero) {
         using T = decltype(zero);
         map_elements<uint8_t, T, T>("compare", f, out, a, b);
       });
@@ -392,7 +212,7 @@ struct CudaElementwiseKernels final : ElementwiseKernels {
   }
 
   void where(const Tensor& mask, const Tensor& a, const Tensor& b, const Tensor& out) override {
-    cpu::with_any(out.dtype(), [&](auto zero) {
+    dispatch_any(out.dtype(), [&](auto zero) {
       using T = decltype(zero);
       map_elements<T, uint8_t, T, T>("where", Select{}, out, mask, a, b);
     });
