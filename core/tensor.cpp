@@ -176,7 +176,8 @@ std::vector<T> Tensor::to_vector() const {
   out.reserve(numel());
   const void* base = host.impl().storage->data;
   DType dt = dtype();
-  for_each_offset(shape(), strides(), offset(),
+  // host's own layout: a copy from the device is contiguous from offset 0.
+  for_each_offset(host.shape(), host.strides(), host.offset(),
                   [&](int64_t off) { out.push_back(static_cast<T>(read_element(base, dt, off))); });
   return out;
 }
