@@ -5,6 +5,7 @@
 #include "headroom/core/error.h"
 #include "headroom/cuda/copy.h"
 #include "headroom/cuda/cuda.h"
+#include "headroom/cuda/optim.h"
 
 namespace headroom::cuda {
 
@@ -23,5 +24,6 @@ bool tf32_enabled() { return false; }
 
 Backend& backend() { unavailable(); }
 CopyKernels& copy_kernels() { unavailable(); }
+OptimKernels& optim_kernels() { unavailable(); }
 
 }  // namespace headroom::cuda
