@@ -85,34 +85,36 @@ T* storage_data(const Tensor& t) {
 
 Layout layout_of(const Tensor& t, const char* op) { return make_layout(t.shape(), t.strides(), t.offset(), op); }
 
+// The launch every elementwise method shares: nothing for an empty tensor,
+// else launch(T{}, blocks, stream) on t's device with T its element type,
+// then the launch check.
+template <typename Launch>
+void launch_over(const Tensor& t, const char* kernel, Launch launch) {
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  const int device = t.device().index;
+  DeviceGuard guard(device);
+  with_floating(t.dtype(), [&](auto zero) { launch(zero, capped_grid(n), stream(device)); });
+  check_launch(kernel);
+}
+
 struct CudaOptimKernels final : OptimKernels {
   void sgd(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
            const SgdUpdate& update) override {
-    const int64_t n = param.numel();
-    if (n == 0) return;
-    const int device = param.device().index;
-    DeviceGuard guard(device);
-    with_floating(param.dtype(), [&](auto zero) {
+    launch_over(param, "sgd_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
       using T = decltype(zero);
       T* buffer = momentum_buffer.defined() ? momentum_buffer.data<T>() : nullptr;
-      sgd_kernel<T><<<capped_grid(n), kThreads, 0, stream(device)>>>(param.data<T>(), grad.data<T>(), buffer,
-                                                                      update, n);
+      sgd_kernel<T><<<blocks, kThreads, 0, s>>>(param.data<T>(), grad.data<T>(), buffer, update, param.numel());
     });
-    check_launch("sgd_kernel");
   }
 
   void adam(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
             const AdamUpdate& update) override {
-    const int64_t n = param.numel();
-    if (n == 0) return;
-    const int device = param.device().index;
-    DeviceGuard guard(device);
-    with_floating(param.dtype(), [&](auto zero) {
+    launch_over(param, "adam_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
       using T = decltype(zero);
-      adam_kernel<T><<<capped_grid(n), kThreads, 0, stream(device)>>>(
-          param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), update, n);
+      adam_kernel<T><<<blocks, kThreads, 0, s>>>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(),
+                                                 exp_avg_sq.data<T>(), update, param.numel());
     });
-    check_launch("adam_kernel");
   }
 
   // One partial per block of every tensor (a fixed number of blocks per
@@ -147,16 +149,10 @@ struct CudaOptimKernels final : OptimKernels {
   }
 
   void scale_(const Tensor& x, double factor) override {
-    const int64_t n = x.numel();
-    if (n == 0) return;
-    const int device = x.device().index;
-    DeviceGuard guard(device);
-    with_floating(x.dtype(), [&](auto zero) {
+    launch_over(x, "scale_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
       using T = decltype(zero);
-      scale_kernel<T><<<capped_grid(n), kThreads, 0, stream(device)>>>(storage_data<T>(x), layout_of(x, "scale_"),
-                                                                        factor, n);
+      scale_kernel<T><<<blocks, kThreads, 0, s>>>(storage_data<T>(x), layout_of(x, "scale_"), factor, x.numel());
     });
-    check_launch("scale_kernel");
   }
 };
 

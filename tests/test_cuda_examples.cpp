@@ -41,16 +41,7 @@ class CountingLmTask : public ModelTask<DecoderLM> {
     ModelOutput out = model_->forward(tokens.narrow(1, 0, 6));
     return {cross_entropy(out.out.reshape({-1, 8}), tokens.narrow(1, 1, 6).reshape({-1})), out.aux_losses};
   }
-  // Two rows counting mod 8 from a start drawn from (seed, step).
-  Tensor batch(int64_t step) const {
-    Generator data(seed_ + 1000003 * uint64_t(step + 1));
-    std::vector<int32_t> ids;
-    for (int row = 0; row < 2; ++row) {
-      int64_t start = data.next_int(8);
-      for (int t = 0; t < 7; ++t) ids.push_back(int32_t((start + t) % 8));
-    }
-    return testing::token_rows(ids, 2);
-  }
+  Tensor batch(int64_t step) const { return testing::counting_rows(seed_, step); }
 };
 
 TrainOptions small_run(const std::string& ckpt_dir, const std::string& device) {
