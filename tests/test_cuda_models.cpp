@@ -353,7 +353,9 @@ TEST_CASE("cuda optimizers: SGD (momentum, nesterov), Adam, AdamW and clip_grad_
       {"adamw", [](std::vector<Tensor> p) { return std::make_unique<AdamW>(std::move(p), 0.01); }},
   };
   for (DType dtype : {DType::f32, DType::f64}) {
-    for (const auto& [name, make] : optimizers) {
+    for (const auto& optimizer : optimizers) {
+      const char* name = optimizer.first;
+      const Make& make = optimizer.second;
       CAPTURE(name);
       CAPTURE(dtype);
       Generator gen(8);
