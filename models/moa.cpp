@@ -119,7 +119,6 @@ MoARouting MoAAttention::route_tokens(const Tensor& x_rows, const Tensor& query_
   r.gates = index_select(r.probs.reshape({rows * E}), 0, flat_indices(r.indices, E)).view({rows, k});
 
   // The k-hot mask and the load c_e, which counts only gates > 0 (pads drop out).
-  NoGradGuard no_grad;
   r.selected = k_hot(r.indices, E, r.probs.dtype());
   r.counts = sum(r.selected * gt(r.probs, 0.0).to(r.probs.dtype()), {0}).to(DType::f32);
   return r;
