@@ -8,6 +8,7 @@
 #include "headroom/cuda/elementwise.h"
 #include "headroom/cuda/matmul.h"
 #include "headroom/cuda/nn.h"
+#include "headroom/cuda/optim.h"
 #include "headroom/cuda/reduce.h"
 #include "headroom/cuda/routing.h"
 
@@ -31,6 +32,7 @@ CopyKernels& copy_kernels() { unavailable(); }
 ElementwiseKernels& elementwise_kernels() { unavailable(); }
 MatmulKernels& matmul_kernels() { unavailable(); }
 NnKernels& nn_kernels() { unavailable(); }
+OptimKernels& optim_kernels() { unavailable(); }
 ReduceKernels& reduce_kernels() { unavailable(); }
 RoutingKernels& routing_kernels() { unavailable(); }
 

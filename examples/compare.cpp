@@ -112,7 +112,7 @@ int run(const std::string& task, int argc, char** argv) {
     if (task != "lm" && task != "mt" && task != "vit") throw UsageError("--task must be lm, mt or vit, got '" + task + "'");
     if (c.seeds < 1) throw UsageError("--seeds must be at least 1");
     if (train_options.threads > 0) set_num_threads(train_options.threads);
-    std::printf("%s\n", config_table(flags.values()).c_str());
+    std::printf("%s\n", run_config_table(flags, train_options).c_str());
     std::vector<std::vector<std::string>> rows;
     LineChart curves;
     curves.title = "validation loss (seed " + std::to_string(train_options.seed) + ")";
