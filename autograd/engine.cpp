@@ -6,6 +6,7 @@
 
 #include "headroom/autograd/grad_mode.h"
 #include "headroom/autograd/node.h"
+#include "headroom/ops/elementwise.h"
 
 namespace headroom::autograd {
 
@@ -25,30 +26,15 @@ void Saved::check_versions(const std::string& op) const {
   }
 }
 
-namespace {
-
-template <typename T>
-void add_into(T* acc, const T* g, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += g[i];
-}
-
-}  // namespace
-
 // Gradients flowing between nodes are never written in place: a backward
 // function may hand the same tensor to several inputs (add passes g to both),
-// so the first gradient is kept as it is and a second one makes a new sum.
+// so the first gradient is kept as it is and a second one makes a new sum
+// (the add op: it runs on the gradients' device).
 Tensor accumulate(const Tensor& grad, const Tensor& g) {
   if (!grad.defined()) return g;
   HEADROOM_CHECK(grad.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ",
                  shape_str(g.shape()), " into one of shape ", shape_str(grad.shape()));
-  check_cpu("accumulate", {grad, g});
-  Tensor sum = grad.contiguous().clone();
-  Tensor gc = g.dtype() == sum.dtype() ? g.contiguous() : g.to(sum.dtype());
-  dispatch_floating(sum.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    add_into(sum.data<T>(), gc.data<T>(), sum.numel());
-  });
-  return sum;
+  return headroom::add(grad, g.to(grad.dtype()));
 }
 
 void Grads::add(size_t i, const Tensor& grad) {
@@ -125,11 +111,7 @@ void accumulate_leaf(TensorImpl& leaf, const Tensor& g) {
   Tensor current(leaf.grad);
   HEADROOM_CHECK(current.shape() == gc.shape(), "[autograd] cannot accumulate a gradient of shape ",
                  shape_str(gc.shape()), " into a leaf of shape ", shape_str(current.shape()));
-  Tensor contiguous = gc.contiguous();
-  dispatch_floating(current.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    add_into(current.data<T>(), contiguous.data<T>(), current.numel());
-  });
+  current.copy_(headroom::add(current, gc));
 }
 
 void release(Node& node) {

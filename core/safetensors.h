@@ -40,7 +40,8 @@ struct SafetensorsFile {
 // the end of the data, overlapping ranges or gaps, and duplicate names.
 SafetensorsFile load_safetensors(const std::string& path);
 
-// Writes tensors (CPU, any strides) in name order, contiguous, after a header
+// Writes tensors (any device, any strides: CUDA tensors are copied to the
+// host first) in name order, contiguous, after a header
 // padded with spaces to a multiple of 8 bytes.  The write is atomic: a
 // temporary file in the same folder is written, flushed to disk and renamed,
 // so a failed save leaves any existing file untouched.

@@ -75,9 +75,12 @@ double read_element(const void* base, DType dtype, int64_t offset) {
 }  // namespace
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
-  Tensor host = empty(shape, dtype);
-  fill_contiguous(host.raw_data(), dtype, host.numel(), value);
-  return device.is_cpu() ? host : host.to(device);
+  Tensor t = empty(shape, dtype, device);
+  // On a GPU a fill kernel, not a copy from the host: scalars such as the 2
+  // in x * 2 are made on every call, and a copy would wait for the device.
+  if (device.is_cuda()) cuda::copy_kernels().fill(t, value);
+  else fill_contiguous(t.raw_data(), dtype, t.numel(), value);
+  return t;
 }
 
 Tensor Tensor::scalar(double value, DType dtype) { return full({}, value, dtype); }
@@ -171,10 +174,11 @@ double Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  // A device tensor arrives contiguous: walk the copy with its own strides.
+  if (!device().is_cpu()) return to(Device::cpu()).to_vector<T>();
   std::vector<T> out;
   out.reserve(numel());
-  const void* base = host.impl().storage->data;
+  const void* base = impl().storage->data;
   DType dt = dtype();
   for_each_offset(shape(), strides(), offset(),
                   [&](int64_t off) { out.push_back(static_cast<T>(read_element(base, dt, off))); });

@@ -177,6 +177,17 @@ void dispatch_floating(DType dtype, Fn&& fn) {
   else fn(double{});
 }
 
+// The same for every dtype: T = float, double, int32_t or uint8_t.
+template <typename Fn>
+void dispatch_any(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::i32: return fn(int32_t{});
+    case DType::b8: return fn(uint8_t{});
+  }
+}
+
 // t.data<T>(), or nullptr for an undefined (optional) tensor.
 template <typename T>
 T* data_or_null(const Tensor& t) {

@@ -97,9 +97,9 @@ class CudaBackend final : public Backend {
   void copy_from_host(void* dst, const void* host_src, size_t n, int device) override {
     if (!n) return;
     DeviceGuard guard(device);
-    // Synchronous: the host buffer may be freed as soon as this returns.
+    // No wait: from pageable host memory the copy is staged before the call
+    // returns, so the caller may free or reuse host_src at once.
     HEADROOM_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, n, cudaMemcpyHostToDevice, stream(device)));
-    HEADROOM_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
   }
   void copy_within(void* dst, const void* src, size_t n, int device) override {
     if (!n) return;

@@ -33,17 +33,6 @@ __global__ void fill_kernel(T* dst, Layout layout, T value, int64_t n) {
     dst[element_offset(layout, i)] = value;
 }
 
-// Calls body(T{}) with the C++ type of dtype.
-template <typename Body>
-void with_dtype(DType dtype, Body body) {
-  switch (dtype) {
-    case DType::f32: return body(float{});
-    case DType::f64: return body(double{});
-    case DType::i32: return body(int32_t{});
-    case DType::b8: return body(uint8_t{});
-  }
-}
-
 // Grid-stride loops: at most this many blocks, whatever n is.
 unsigned capped_grid(int64_t n) { return std::min(grid_for(n), 65535u); }
 
@@ -61,8 +50,8 @@ struct CudaCopyKernels final : CopyKernels {
     DeviceGuard guard(device);
     Layout src_layout = make_layout(dst.shape(), src_strides, src.offset(), "copy");
     Layout dst_layout = make_layout(dst.shape(), dst.strides(), dst.offset(), "copy");
-    with_dtype(src.dtype(), [&](auto s) {
-      with_dtype(dst.dtype(), [&](auto d) {
+    dispatch_any(src.dtype(), [&](auto s) {
+      dispatch_any(dst.dtype(), [&](auto d) {
         using S = decltype(s);
         using D = decltype(d);
         copy_kernel<S, D><<<capped_grid(n), kThreads, 0, stream(device)>>>(storage_data<S>(src), src_layout,
@@ -78,7 +67,7 @@ struct CudaCopyKernels final : CopyKernels {
     const int device = dst.device().index;
     DeviceGuard guard(device);
     Layout layout = make_layout(dst.shape(), dst.strides(), dst.offset(), "fill_");
-    with_dtype(dst.dtype(), [&](auto zero) {
+    dispatch_any(dst.dtype(), [&](auto zero) {
       using T = decltype(zero);
       // Masks hold 0 or 1, like the CPU fill.
       T typed = std::is_same<T, uint8_t>::value ? T(value != 0) : static_cast<T>(value);

@@ -6,6 +6,12 @@
 #include "headroom/cuda/attention.h"
 #include "headroom/cuda/copy.h"
 #include "headroom/cuda/cuda.h"
+#include "headroom/cuda/elementwise.h"
+#include "headroom/cuda/matmul.h"
+#include "headroom/cuda/nn.h"
+#include "headroom/cuda/optim.h"
+#include "headroom/cuda/reduce.h"
+#include "headroom/cuda/routing.h"
 
 namespace headroom::cuda {
 
@@ -23,7 +29,13 @@ void set_tf32(bool) {}
 bool tf32_enabled() { return false; }
 
 Backend& backend() { unavailable(); }
-CopyKernels& copy_kernels() { unavailable(); }
 AttentionKernels& attention_kernels() { unavailable(); }
+CopyKernels& copy_kernels() { unavailable(); }
+ElementwiseKernels& elementwise_kernels() { unavailable(); }
+MatmulKernels& matmul_kernels() { unavailable(); }
+NnKernels& nn_kernels() { unavailable(); }
+OptimKernels& optim_kernels() { unavailable(); }
+ReduceKernels& reduce_kernels() { unavailable(); }
+RoutingKernels& routing_kernels() { unavailable(); }
 
 }  // namespace headroom::cuda

@@ -2,7 +2,7 @@
 // dense MHA at the same shape, forward and forward+backward, timed side by
 // side in one process (performance guide §2 Suite A, §4).
 //
-//   bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--smoke]
+//   bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--device D] [--tf32] [--smoke]
 //
 // d = 512, h = 8 (d_h = 64), causal self-attention, f32.  Each row reports
 // t(method) / t(MHA) beside the FLOP bound f = MACs(method) / MACs(MHA) from
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "headroom/examples/common/trainer.h"
 #include "headroom/headroom.h"
 
 using namespace headroom;
@@ -30,6 +31,8 @@ struct Options {
   int iters = 10;
   int64_t batch = 4;
   std::vector<int64_t> seqs = {256, 1024};
+  std::string device = "cpu";
+  bool tf32 = false;
   bool smoke = false;
 };
 
@@ -39,6 +42,8 @@ const char* kUsage =
     "  --iters N    timed pairs per measurement (default 10)\n"
     "  --batch B    sequences per batch (default 4)\n"
     "  --seq LIST   sequence lengths, comma separated (default 256,1024)\n"
+    "  --device D   cpu, cuda or cuda:N (default cpu)\n"
+    "  --tf32       CUDA: TF32 tensor-core matmuls\n"
     "  --smoke      tiny shapes, one iteration (CI)\n";
 
 Options parse(int argc, char** argv) {
@@ -47,6 +52,10 @@ Options parse(int argc, char** argv) {
     std::string flag = argv[i];
     if (flag == "--smoke") {
       o.smoke = true;
+      continue;
+    }
+    if (flag == "--tf32") {
+      o.tf32 = true;
       continue;
     }
     if (flag == "--help") {
@@ -58,6 +67,7 @@ Options parse(int argc, char** argv) {
     if (flag == "--threads") o.threads = std::stoi(value);
     else if (flag == "--iters") o.iters = std::stoi(value);
     else if (flag == "--batch") o.batch = std::stoll(value);
+    else if (flag == "--device") o.device = value;
     else if (flag == "--seq") {
       o.seqs.clear();
       for (size_t at = 0; at < value.size();) {
@@ -140,6 +150,17 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
   return list;
 }
 
+// Waits for the device's queued work, so a timed call includes its kernels
+// (CUDA launches return before the work is done).
+void wait_for(Device device) {
+  if (device.is_cuda()) backend(device).synchronize(device.index);
+}
+
+// "4 thread(s)" on the CPU, the device otherwise: the title's hardware.
+std::string hardware(const Options& o, Device device) {
+  return device.is_cpu() ? std::to_string(o.threads) + " thread(s)" : device.str() + (o.tf32 ? " TF32" : "");
+}
+
 // One pass of a layer: forward only (no grad) or forward + backward.
 std::function<void()> pass(Attention& layer, const Tensor& x, const Tensor& dout, bool backward) {
   return [&layer, x, dout, backward] {
@@ -147,32 +168,36 @@ std::function<void()> pass(Attention& layer, const Tensor& x, const Tensor& dout
     if (!backward) {
       NoGradGuard g;
       layer.forward(in);
-      return;
+    } else {
+      layer.zero_grad();
+      x.zero_grad();
+      layer.forward(in).out.backward(dout);
     }
-    layer.zero_grad();
-    x.zero_grad();
-    layer.forward(in).out.backward(dout);
+    wait_for(x.device());
   };
 }
 
-size_t peak_bytes(const std::function<void()>& fn) {
-  size_t base = cpu_backend().memory_stats().active_bytes;
-  cpu_backend().reset_peak_memory();
+size_t peak_bytes(const std::function<void()>& fn, Device device) {
+  Backend& memory = backend(device);
+  size_t base = memory.memory_stats().active_bytes;
+  memory.reset_peak_memory();
   fn();
-  return cpu_backend().memory_stats().peak_bytes - base;
+  return memory.memory_stats().peak_bytes - base;
 }
 
-void run(const Options& o) {
+void run(const Options& o, Device device) {
   const int64_t d = 512, h = 8;
   Generator gen(2026);
   MultiHeadAttention mha({d, h}, gen);
   std::vector<Candidate> list = candidates(d, h, gen);
+  mha.to(device);
+  for (Candidate& c : list) c.layer->to(device);
   for (int64_t T : o.seqs) {
-    Tensor x = Tensor::randn({o.batch, T, d}, gen).set_requires_grad();
-    Tensor dout = Tensor::randn({o.batch, T, d}, gen);
+    Tensor x = Tensor::randn({o.batch, T, d}, gen).to(device).set_requires_grad();
+    Tensor dout = Tensor::randn({o.batch, T, d}, gen).to(device);
     char title[200];
-    std::snprintf(title, sizeof title, "attention layer, d=%lld h=%lld B=%lld T=%lld causal f32, %d thread(s)",
-                  (long long)d, (long long)h, (long long)o.batch, (long long)T, o.threads);
+    std::snprintf(title, sizeof title, "attention layer, d=%lld h=%lld B=%lld T=%lld causal f32, %s",
+                  (long long)d, (long long)h, (long long)o.batch, (long long)T, hardware(o, device).c_str());
     Table table(title, {"layer", "pass", "ms", "MHA ms", "ratio", "FLOP bound f", "η = f / ratio",
                         "peak MiB (fwd+bwd)", "routing overhead", "routed vs dense max diff"});
     const double mha_macs = double(mha.macs(T, T, true));
@@ -181,13 +206,18 @@ void run(const Options& o) {
       HEADROOM_CHECK(diff < 1e-3, "[bench_attention] ", c.name, " routed output differs from its dense "
                      "reference by ", diff, ": not timing a wrong kernel");
       const double bound = double(c.layer->macs(T, T, true)) / mha_macs;
-      double peak = double(peak_bytes(pass(*c.layer, x, dout, true))) / (1 << 20);
-      double mha_peak = double(peak_bytes(pass(mha, x, dout, true))) / (1 << 20);
+      double peak = double(peak_bytes(pass(*c.layer, x, dout, true), device)) / (1 << 20);
+      double mha_peak = double(peak_bytes(pass(mha, x, dout, true), device)) / (1 << 20);
       // Router + top-k + plan against the dense layer's forward (goal ≤ 5%).
       std::string overhead = "n/a";
       if (c.route_only) {
         Tensor xd = x.detach();
-        Comparison r = time_interleaved([&] { NoGradGuard g; c.route_only(xd); }, pass(mha, x, dout, false),
+        auto route_only = [&] {
+          NoGradGuard g;
+          c.route_only(xd);
+          wait_for(device);
+        };
+        Comparison r = time_interleaved(route_only, pass(mha, x, dout, false),
                                         o.iters, 1, o.smoke ? 0 : 2);
         overhead = format("%.1f%%", 100 * r.a_ms / r.b_ms);
       }
@@ -207,11 +237,11 @@ void run(const Options& o) {
 
 // A whole training step (forward, backward, AdamW) of a 2-layer DecoderLM per
 // attention type: tokens per second, d = 512, h = 8, vocabulary 256, causal.
-void run_training_steps(const Options& o) {
+void run_training_steps(const Options& o, Device device) {
   const int64_t T = o.seqs.front();
   char title[160];
-  std::snprintf(title, sizeof title, "training step, 2-layer DecoderLM d=512 h=8 vocab 256, B=%lld T=%lld, %d thread(s)",
-                (long long)o.batch, (long long)T, o.threads);
+  std::snprintf(title, sizeof title, "training step, 2-layer DecoderLM d=512 h=8 vocab 256, B=%lld T=%lld, %s",
+                (long long)o.batch, (long long)T, hardware(o, device).c_str());
   Table table(title, {"attention", "options", "ms / step", "tokens / s", "vs MHA"});
   struct Kind { const char* type; StringMap options; };
   const Kind kinds[] = {{"mha", {}},
@@ -227,13 +257,15 @@ void run_training_steps(const Options& o) {
     c.attention.options = kind.options;
     Generator gen(5);
     DecoderLM lm(c, gen);
+    lm.to(device);
     AdamW opt(lm.parameters(), 1e-4);
-    Tensor tokens = Tensor::rand({o.batch, T}, gen, DType::f32, 0, 256).to(DType::i32);
+    Tensor tokens = Tensor::rand({o.batch, T}, gen, DType::f32, 0, 256).to(DType::i32).to(device);
     auto step = [&] {
       opt.zero_grad();
       ModelOutput out = lm.forward(tokens);
       training_loss(c, cross_entropy(out.out, tokens), out.aux_losses, o.batch * T).backward();
       opt.step();
+      wait_for(device);
     };
     std::vector<double> times;
     for (int i = 0; i < (o.smoke ? 1 : 2 + o.iters / 2); ++i) times.push_back(time_ms(step, 1));
@@ -254,9 +286,12 @@ int main(int argc, char** argv) {
   try {
     Options o = parse(argc, argv);
     set_num_threads(o.threads);
+    const Device device = examples::training_device(o.device);
+    cuda::set_tf32(o.tf32);
     std::printf("# bench_attention\n");
-    run(o);
-    run_training_steps(o);
+    if (device.is_cuda()) std::printf("%s\n", cuda::version_string().c_str());
+    run(o, device);
+    run_training_steps(o, device);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

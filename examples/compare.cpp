@@ -7,14 +7,8 @@
 //   compare --task lm --seeds 2 --steps 1500 --out runs/compare-lm
 //   compare --task vit --methods mha,moh50 --epochs 2
 //
-// Method presets for h heads of width d_h = d / h:
-//   mha    dense multi-head attention
-//   moa    2h − 1 experts of width d_h (attention parameters ≈ MHA's), top-k = h / 2
-//   moh75  h / 4 shared + top-h/2 of the routed heads: 75% of the heads per token
-//   moh50  h / 4 shared + top-h/4 of the routed heads: 50%
-//   mae    h experts of h − 1 heads, block coordinate descent; gate MLP of
-//          width d / 8 (the library default, d, would add 7-12% parameters)
-#include <algorithm>
+// The method presets (mha, moa, moh75, moh50, mae) are method_preset() in
+// examples/common/model_options.h.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -32,23 +26,6 @@ using namespace headroom;
 using namespace headroom::examples;
 
 namespace {
-
-// The attention type and options of a method preset.
-ModelOptions preset(const std::string& method, ModelOptions base) {
-  const int64_t h = base.heads;
-  HEADROOM_CHECK(h >= 4 && h % 4 == 0, "[compare] the presets need --heads divisible by 4, got ", h);
-  auto set = [&](const std::string& type, const std::string& options) {
-    base.attn = type, base.attn_opt = options;
-    return base;
-  };
-  if (method == "mha") return set("mha", "");
-  if (method == "moa") return set("moa", "experts=" + std::to_string(2 * h - 1) + ",k=" + std::to_string(h / 2));
-  if (method == "moh75") return set("moh", "shared_heads=" + std::to_string(h / 4) + ",routed_k=" + std::to_string(h / 2));
-  if (method == "moh50") return set("moh", "shared_heads=" + std::to_string(h / 4) + ",routed_k=" + std::to_string(h / 4));
-  // A gate MLP of width d / 8 keeps MAE within about 1.5% of MHA's parameters.
-  if (method == "mae") return set("mae", "gate_hidden=" + std::to_string(std::max<int64_t>(base.dim / 8, 1)));
-  throw UsageError("unknown method '" + method + "' (known: mha, moa, moh75, moh50, mae)");
-}
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
@@ -135,14 +112,14 @@ int run(const std::string& task, int argc, char** argv) {
     if (task != "lm" && task != "mt" && task != "vit") throw UsageError("--task must be lm, mt or vit, got '" + task + "'");
     if (c.seeds < 1) throw UsageError("--seeds must be at least 1");
     if (train_options.threads > 0) set_num_threads(train_options.threads);
-    std::printf("%s\n", config_table(flags.values()).c_str());
+    std::printf("%s\n", run_config_table(flags, train_options).c_str());
     std::vector<std::vector<std::string>> rows;
     LineChart curves;
     curves.title = "validation loss (seed " + std::to_string(train_options.seed) + ")";
     curves.x_label = "step", curves.y_label = "loss (nats)";
     int64_t mha_params = 0;
     for (const std::string& method : split_list(c.methods)) {
-      ModelOptions m = preset(method, model);
+      ModelOptions m = method_preset(method, model);
       std::vector<RunSummary> runs;
       for (int64_t s = 0; s < c.seeds; ++s) {
         TrainOptions o = train_options;

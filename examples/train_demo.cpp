@@ -3,7 +3,7 @@
 // gradient clipping, atomic checkpoints and exact resume.
 //
 //   train_demo [--steps N] [--hidden N] [--lr X] [--seed N] [--threads N]
-//              [--ckpt PATH] [--resume PATH] [--check-loss X]
+//              [--device cpu|cuda|cuda:N] [--tf32] [--ckpt PATH] [--resume PATH] [--check-loss X]
 #include <headroom/headroom.h>
 
 #include <chrono>
@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include "headroom/examples/common/trainer.h"
 
 using namespace headroom;
 
@@ -21,7 +23,8 @@ struct Config {
   double lr = 1e-2, weight_decay = 1e-4, check_loss = -1;
   uint64_t seed = 1337;
   int threads = 0;
-  std::string ckpt, resume;
+  std::string device = "cpu", ckpt, resume;
+  bool tf32 = false;
 };
 
 void usage(const Config& c) {
@@ -32,6 +35,8 @@ void usage(const Config& c) {
       "  --lr X          peak AdamW learning rate, warm-up then cosine decay (default %g)\n"
       "  --seed N        seeds data, init and everything else (default %llu)\n"
       "  --threads N     CPU threads (default: HEADROOM_NUM_THREADS or all cores)\n"
+      "  --device D      cpu, cuda or cuda:N (default cpu)\n"
+      "  --tf32          CUDA: TF32 tensor-core matmuls\n"
       "  --ckpt PATH     write a checkpoint (model, optimizer, step) every 100 steps and at the end\n"
       "  --resume PATH   continue from a checkpoint written by --ckpt\n"
       "  --check-loss X  exit 1 if the final loss is above X (used by CI)\n",
@@ -46,6 +51,10 @@ Config parse(int argc, char** argv) {
       usage(c);
       std::exit(0);
     }
+    if (flag == "--tf32") {
+      c.tf32 = true;
+      continue;
+    }
     HEADROOM_CHECK(i + 1 < argc, "[train_demo] flag ", flag, " needs a value (see --help)");
     const char* value = argv[++i];
     if (flag == "--steps") c.steps = std::atoll(value);
@@ -53,6 +62,7 @@ Config parse(int argc, char** argv) {
     else if (flag == "--lr") c.lr = std::atof(value);
     else if (flag == "--seed") c.seed = std::strtoull(value, nullptr, 10);
     else if (flag == "--threads") c.threads = std::atoi(value);
+    else if (flag == "--device") c.device = value;
     else if (flag == "--ckpt") c.ckpt = value;
     else if (flag == "--resume") c.resume = value;
     else if (flag == "--check-loss") c.check_loss = std::atof(value);
@@ -120,9 +130,13 @@ double accuracy(const Tensor& logits, const Tensor& labels) {
 
 int run(const Config& c) {
   if (c.threads > 0) set_num_threads(c.threads);
+  const Device device = examples::training_device(c.device);
+  cuda::set_tf32(c.tf32);
   Generator gen(c.seed);
-  auto [x, y] = two_spirals(c.points, gen);
+  auto [x_host, y_host] = two_spirals(c.points, gen);
+  const Tensor x = x_host.to(device), y = y_host.to(device);
   SpiralNet model(c.hidden, gen);
+  model.to(device);  // before the optimizer, whose state is made beside the parameters
   AdamW opt(model.parameters(), c.lr, 0.9, 0.999, 1e-8, c.weight_decay);
   WarmupCosine schedule{c.steps / 10, c.steps, 0.05};
   int64_t step = c.resume.empty() ? 0 : load_checkpoint(c.resume, model, opt);
@@ -130,10 +144,11 @@ int run(const Config& c) {
   std::printf("| parameter | value |\n|---|---|\n| model | MLP 2-%lld-%lld-2 (tanh) |\n"
               "| params | %lld |\n| data | two spirals, %lld points |\n| optimizer | AdamW lr %g, "
               "wd %g, warm-up + cosine |\n| steps | %lld (starting at %lld) |\n| seed | %llu |\n"
-              "| threads | %d |\n\n",
+              "| threads | %d |\n| device | %s |\n\n",
               (long long)c.hidden, (long long)c.hidden, (long long)model.num_parameters(),
               (long long)x.size(0), c.lr, c.weight_decay, (long long)c.steps, (long long)step,
-              (unsigned long long)c.seed, num_threads());
+              (unsigned long long)c.seed, num_threads(),
+              device.is_cpu() ? "cpu" : (device.str() + " (" + cuda::version_string() + ")").c_str());
   double loss_value = NAN;
   auto start = std::chrono::steady_clock::now();
   for (; step < c.steps; ++step) {

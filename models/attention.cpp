@@ -1,5 +1,11 @@
 #include "headroom/models/attention.h"
 
+#include <map>
+#include <mutex>
+
+#include "headroom/autograd/grad_mode.h"
+#include "headroom/ops/elementwise.h"
+#include "headroom/ops/reduce.h"
 #include "headroom/ops/shape.h"
 
 namespace headroom {
@@ -45,6 +51,42 @@ Tensor split_heads(const Tensor& x, int64_t heads) {
 Tensor merge_heads(const Tensor& x) {
   HEADROOM_CHECK(x.dim() == 4, "[merge_heads] expected [B, h, T, d_h], got shape ", shape_str(x.shape()));
   return x.permute({0, 2, 1, 3}).reshape({x.size(0), x.size(2), x.size(1) * x.size(3)});
+}
+
+Tensor repeat_kv(const Tensor& kv, int64_t heads) {
+  const int64_t kv_heads = kv.size(1);
+  if (kv_heads == heads || kv_heads == 1) return kv;
+  const Shape& s = kv.shape();
+  return kv.unsqueeze(2).expand({s[0], kv_heads, heads / kv_heads, s[2], s[3]}).reshape({s[0], heads, s[2], s[3]});
+}
+
+Tensor index_range(int64_t n, Device device) {
+  if (device.is_cpu()) return Tensor::arange(0, double(n), 1, DType::i32);
+  static std::mutex mutex;
+  // Never destroyed: device memory must not be freed after the allocator's own teardown at exit.
+  static auto* ranges = new std::map<int, Tensor>();
+  std::lock_guard<std::mutex> lock(mutex);
+  Tensor& range = (*ranges)[device.index];
+  if (!range.defined() || range.size(0) < n) {
+    const int64_t length = std::max<int64_t>(n, range.defined() ? 2 * range.size(0) : 0);
+    range = Tensor::arange(0, double(length), 1, DType::i32).to(device);
+  }
+  return range.narrow(0, 0, n);
+}
+
+Tensor k_hot(const Tensor& indices, int64_t n, DType dtype) {
+  NoGradGuard no_grad;
+  // [N, K, 1] == [n]  ->  [N, K, n], one 1 per (row, j); summing over j leaves at most one per position.
+  Tensor matches = eq(indices.unsqueeze(2), index_range(n, indices.device()));
+  return sum(matches.to(dtype), {1});
+}
+
+Tensor flat_indices(const Tensor& indices, int64_t n) {
+  NoGradGuard no_grad;
+  // In f64, which holds these integers exactly (the elementwise ops take floating dtypes).
+  const int64_t rows = indices.size(0);
+  Tensor row_starts = index_range(rows, indices.device()).to(DType::f64).unsqueeze(1) * double(n);  // [N, 1]
+  return (row_starts + indices.to(DType::f64)).to(DType::i32).reshape({-1});
 }
 
 int64_t attended_pairs(int64_t T, int64_t S, bool causal) {

@@ -86,6 +86,26 @@ AttentionOptions attention_options(const AttentionInput& in, const KeysValues& k
 Tensor split_heads(const Tensor& x, int64_t heads);
 Tensor merge_heads(const Tensor& x);
 
+// GQA: the attention ops take h_kv = h or 1; other groupings repeat each KV
+// head for the h / h_kv query heads that share it.  kv: [B, h_kv, S, d_h] -> [B, h, S, d_h]
+Tensor repeat_kv(const Tensor& kv, int64_t heads);
+
+// ---- index tensors on the input's device ---------------------------------------
+// Built with ops, so routing bookkeeping stays on the device (no copy to the
+// host and back, each of which would synchronise a CUDA stream).
+
+// 0, 1, ..., n-1: i32 [n] on `device`.  On CUDA one range per device is made
+// once (and grown by doubling) and views of it are returned.
+Tensor index_range(int64_t n, Device device);
+
+// indices: i32 [N, K], distinct per row, in [0, n)  ->  [N, n] in `dtype`, 1
+// at the chosen positions, 0 elsewhere.  Not differentiable.
+Tensor k_hot(const Tensor& indices, int64_t n, DType dtype);
+
+// indices: i32 [N, K] in [0, n)  ->  i32 [N*K], row * n + indices[row, j]:
+// the positions of the chosen entries in a row-major [N, n] tensor flattened.
+Tensor flat_indices(const Tensor& indices, int64_t n);
+
 // Query/key pairs the attention core computes for T queries and S keys:
 // T*S, or only the visible ones under a causal mask (queries at the end of S).
 int64_t attended_pairs(int64_t T, int64_t S, bool causal);

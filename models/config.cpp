@@ -307,10 +307,11 @@ Tensor training_loss(const ModelConfig& config, const Tensor& task_mean_loss,
   if (type == "moa") {
     bool reference = choose(options, "aux_normalisation", {"reference", "mean"}) == 0;
     Tensor nll_sum = task_mean_loss * double(target_tokens);
-    return moa_total_loss(nll_sum, sum_aux(aux_losses), target_tokens,
+    return moa_total_loss(nll_sum, sum_aux(aux_losses, task_mean_loss.device()), target_tokens,
                           reference ? MoAAuxNormalisation::reference : MoAAuxNormalisation::mean);
   }
-  if (type == "moh") return task_mean_loss + mean_aux(aux_losses) * options.get_double("beta", 0.01);
+  if (type == "moh")
+    return task_mean_loss + mean_aux(aux_losses, task_mean_loss.device()) * options.get_double("beta", 0.01);
   return task_mean_loss;
 }
 

@@ -17,33 +17,45 @@ namespace {
 
 // ---- the model behind a decoding run -------------------------------------------
 
-// Next-token logits for a batch of growing sequences, with or without a cache.
+// Next-token logits for a batch of growing sequences, with or without a
+// cache.  The sequences are chosen on the host; the model runs on its device
+// (the cache stays there), and the logits come back to the host.
 class Stepper {
  public:
-  explicit Stepper(bool use_cache) : use_cache_(use_cache) {}
+  Stepper(bool use_cache, Device device) : use_cache_(use_cache), device_(device) {}
   virtual ~Stepper() = default;
 
-  // tokens: i32 [N, t], every token so far -> logits of the next one, [N, V]
+  // tokens: i32 [N, t] on the CPU, every token so far -> logits of the next one, [N, V] on the CPU
   Tensor next_logits(const Tensor& tokens) {
-    if (!use_cache_) return last_position(run(tokens, nullptr));
+    Tensor on_device = tokens.to(device_);
+    if (!use_cache_) return last_position(run(on_device, nullptr));
     const int64_t done = cache_.position;
-    return last_position(run(tokens.narrow(1, done, tokens.size(1) - done), &cache_));
+    return last_position(run(on_device.narrow(1, done, tokens.size(1) - done), &cache_));
   }
-  // Keeps row rows[i] as row i (beam expansion and pruning).  rows: i32 [N']
-  virtual void select_rows(const Tensor& rows) { cache_.reorder(rows); }
+  // Keeps row rows[i] as row i (beam expansion and pruning).  rows: i32 [N'] on the CPU
+  void select_rows(const Tensor& rows) {
+    Tensor on_device = rows.to(device_);
+    cache_.reorder(on_device);
+    select_own_rows(on_device);
+  }
 
  protected:
   virtual Tensor run(const Tensor& tokens, DecoderCache* cache) = 0;  // logits [N, t, V]
+  virtual void select_own_rows(const Tensor& rows) {}  // per-row state beside the cache; rows on the device
+  Device device() const { return device_; }
 
  private:
-  static Tensor last_position(const Tensor& logits) { return logits.select(1, logits.size(1) - 1); }
+  static Tensor last_position(const Tensor& logits) {
+    return logits.select(1, logits.size(1) - 1).to(Device::cpu());
+  }
   bool use_cache_;
+  Device device_;
   DecoderCache cache_;
 };
 
 class LMStepper : public Stepper {
  public:
-  LMStepper(DecoderLM& model, bool use_cache) : Stepper(use_cache), model_(model) {}
+  LMStepper(DecoderLM& model, bool use_cache) : Stepper(use_cache, model.device()), model_(model) {}
 
  protected:
   Tensor run(const Tensor& tokens, DecoderCache* cache) override { return model_.forward(tokens, Tensor(), cache).out; }
@@ -62,16 +74,17 @@ Tensor select_batch_rows(const Tensor& t, const Tensor& rows) {
 class Seq2SeqStepper : public Stepper {
  public:
   Seq2SeqStepper(EncoderDecoder& model, const Source& src, bool use_cache)
-      : Stepper(use_cache), model_(model), padding_(src.padding) {
-    memory_ = model.encode(src.tokens, src.padding).out;
+      : Stepper(use_cache, model.device()), model_(model) {
+    if (src.padding.defined()) padding_ = src.padding.to(device());
+    memory_ = model.encode(src.tokens.to(device()), padding_).out;
   }
-  void select_rows(const Tensor& rows) override {
-    Stepper::select_rows(rows);
+
+ protected:
+  void select_own_rows(const Tensor& rows) override {
     memory_ = select_batch_rows(memory_, rows);
     padding_ = select_batch_rows(padding_, rows);
   }
 
- protected:
   Tensor run(const Tensor& tokens, DecoderCache* cache) override {
     return model_.decode(tokens, memory_, padding_, Tensor(), cache).out;
   }

@@ -7,7 +7,10 @@
 // The prefix is an i32 [B, T0] tensor (T0 >= 1, no padding): the prompt of a
 // DecoderLM, or the target start (e.g. a column of BOS) of an
 // EncoderDecoder, whose source is encoded once.  Each function runs under
-// NoGradGuard with the model in eval mode (restored afterwards).
+// NoGradGuard with the model in eval mode (restored afterwards).  The model
+// may live on CUDA: prefix and source (on any device) go to the model's
+// device, the cache stays there, and each step's logits come to the host,
+// where the tokens are chosen.
 #include <cstdint>
 #include <vector>
 

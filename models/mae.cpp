@@ -23,9 +23,9 @@ const MAEConfig& checked(const MAEConfig& config) {
 }
 
 // 1 at real positions of a [B, L] padding mask (1 = padded), 0 at padding:
-// [B, L, 1] in `dtype`; all ones when there is no mask.
-Tensor real_positions(const Tensor& padding, int64_t B, int64_t L, DType dtype) {
-  if (!padding.defined()) return Tensor::ones({B, L, 1}, dtype);
+// [B, L, 1] in `dtype` on `device`; all ones when there is no mask.
+Tensor real_positions(const Tensor& padding, int64_t B, int64_t L, DType dtype, Device device) {
+  if (!padding.defined()) return Tensor::ones({B, L, 1}, dtype, device);
   HEADROOM_CHECK(padding.dim() == 2 && padding.size(0) == B && padding.size(1) == L,
                  "[MAEAttention] expected a padding mask of shape [", B, ", ", L, "], got ",
                  shape_str(padding.shape()));
@@ -53,11 +53,9 @@ Tensor masked_mean(const Tensor& v, const Tensor& keep) {
 Tensor prefix_mean(const AttentionInput& in) {
   const Tensor& x = in.x;
   const int64_t B = x.size(0), T = x.size(1), d = x.size(2);
-  Tensor keep = real_positions(x_padding(in), B, T, x.dtype());  // [B, T, 1]
-  std::vector<double> ones_below(T * T, 0.0);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t tau = 0; tau <= t; ++tau) ones_below[t * T + tau] = 1;
-  Tensor lower = Tensor::from_vector(ones_below, {T, T}).to(x.dtype());
+  Tensor keep = real_positions(x_padding(in), B, T, x.dtype(), x.device());  // [B, T, 1]
+  Tensor positions = index_range(T, x.device());
+  Tensor lower = le(positions.unsqueeze(0), positions.unsqueeze(1)).to(x.dtype());  // [t, τ] = 1 for τ <= t
   // One GEMM over every sequence: [T, T] · [T, B * (d + 1)].
   Tensor totals = cat({x * keep, keep}, -1).permute({1, 0, 2}).reshape({T, B * (d + 1)});
   Tensor running = matmul(lower, totals).reshape({T, B, d + 1}).permute({1, 0, 2});  // [B, T, d + 1]: sums, counts
@@ -85,7 +83,7 @@ Tensor source_mean(const AttentionInput& in) {
   const bool cross = in.memory.defined();
   const Tensor& m = cross ? in.memory : in.source;
   const Tensor& padding = cross ? in.key_padding : in.source_padding;
-  Tensor mean_memory = masked_mean(m, real_positions(padding, m.size(0), m.size(1), m.dtype()));
+  Tensor mean_memory = masked_mean(m, real_positions(padding, m.size(0), m.size(1), m.dtype(), m.device()));
   if (cache) cache->extra = mean_memory.detach(), cache->extra_count = m.size(1);
   return mean_memory;
 }
@@ -93,10 +91,8 @@ Tensor source_mean(const AttentionInput& in) {
 // Per-head weights of "expert i alone" (head i dropped, the others scaled by
 // h/(h−1)): experts i32 [B, R] -> [B, R, h].
 Tensor drop_one_head(const Tensor& experts, int64_t h, DType dtype) {
-  std::vector<int32_t> chosen = experts.to_vector<int32_t>();
-  std::vector<double> weights(chosen.size() * h, double(h) / double(h - 1));
-  for (size_t r = 0; r < chosen.size(); ++r) weights[r * h + chosen[r]] = 0;
-  return Tensor::from_vector(weights, {experts.size(0), experts.size(1), h}).to(dtype);
+  Tensor dropped = k_hot(experts.reshape({-1, 1}), h, dtype);  // [B*R, h], 1 at the dropped head
+  return ((1.0 - dropped) * (double(h) / double(h - 1))).view({experts.size(0), experts.size(1), h});
 }
 
 // What the layer reports: g per query token, the expert used, and the load.
@@ -110,9 +106,7 @@ RoutingStats routing_stats(const Tensor& g, const Tensor& experts, int64_t B, in
     return stats;
   }
   stats.indices = experts.expand({B, T}).reshape({B * T, 1}).contiguous();
-  std::vector<float> load(h, 0.0f);
-  for (int32_t e : stats.indices.to_vector<int32_t>()) load[e] += 1;
-  stats.load = Tensor::from_vector(load, {h});
+  stats.load = sum(k_hot(stats.indices, h, DType::f32), {0});
   return stats;
 }
 
@@ -179,12 +173,16 @@ Tensor MAEAttention::responsibilities(const AttentionInput& in) {
   switch (resolve_gate_input(in)) {
     case GateInput::prefix_mean: summary = prefix_mean(in); break;
     case GateInput::source_mean: summary = source_mean(in); break;
-    default: summary = masked_mean(in.x, real_positions(x_padding(in), in.x.size(0), in.x.size(1), in.x.dtype()));
+    default:
+      summary = masked_mean(in.x, real_positions(x_padding(in), in.x.size(0), in.x.size(1), in.x.dtype(),
+                                                 in.x.device()));
   }
   return gate->forward(summary);
 }
 
-// Inverse-CDF sampling of one expert per row of g, from this layer's generator.
+// Inverse-CDF sampling of one expert per row of g, from this layer's
+// generator: on the host, row by row (the same draws on every device; on
+// CUDA g comes over and the choice goes back).
 Tensor MAEAttention::sample_experts(const Tensor& g) {
   const int64_t h = g.size(-1), rows = g.numel() / h;
   std::vector<double> probs = g.contiguous().to_vector<double>();
@@ -196,7 +194,7 @@ Tensor MAEAttention::sample_experts(const Tensor& g) {
     while (e < h - 1 && u >= (cumulative += probs[r * h + e])) ++e;  // the last expert takes rounding leftovers
     chosen[r] = e;
   }
-  return Tensor::from_vector(chosen, {g.size(0), g.size(1)});
+  return Tensor::from_vector(chosen, {g.size(0), g.size(1)}).to(g.device());
 }
 
 AttentionOutput MAEAttention::forward(const AttentionInput& in) {
@@ -208,7 +206,7 @@ AttentionOutput MAEAttention::forward(const AttentionInput& in) {
   const MAEMode mode = is_training() ? mode_ : MAEMode::mixture;
   Tensor g, experts, weights;  // g: [B, 1 or T, h]; experts: i32 [B, 1 or T]; weights: [B, 1 or T, h]
   if (mode == MAEMode::uniform) {
-    g = Tensor::full({B, 1, h}, 1.0 / double(h), heads.dtype());
+    g = Tensor::full({B, 1, h}, 1.0 / double(h), heads.dtype(), heads.device());
   } else if (mode == MAEMode::mixture && !top1) {
     g = responsibilities(in);
     weights = (1.0 - g) * (double(h) / double(h - 1));

@@ -31,17 +31,6 @@ KeysValues MultiHeadAttention::keys_values(const AttentionInput& in) const {
   });
 }
 
-namespace {
-// GQA: the attention op takes h_kv = h or 1; other groupings repeat each KV
-// head for the h / h_kv query heads that share it.  kv: [B, h_kv, S, d_h]
-Tensor repeat_kv(const Tensor& kv, int64_t heads) {
-  const int64_t kv_heads = kv.size(1);
-  if (kv_heads == heads || kv_heads == 1) return kv;
-  const Shape& s = kv.shape();
-  return kv.unsqueeze(2).expand({s[0], kv_heads, heads / kv_heads, s[2], s[3]}).reshape({s[0], heads, s[2], s[3]});
-}
-}  // namespace
-
 Tensor MultiHeadAttention::head_outputs(const AttentionInput& in) {
   Tensor q = queries(in.x);
   KeysValues kv = keys_values(in);

@@ -29,7 +29,9 @@ Tensor l1_normalise(const Tensor& v) { return v / maximum(sum(v), 1e-12); }
 
 // The chosen experts of every row of p [N, E]: the top k, or in sampling mode
 // the top k - s and then s more drawn without replacement from the others
-// with probability ∝ p + 1e-6 (§2.3 step 4).  Returns i32 [N, k].
+// with probability ∝ p + 1e-6 (§2.3 step 4).  Returns i32 [N, k] on probs'
+// device.  Sampling runs on the host, row by row from the generator's stream
+// (the same draws on every device); on CUDA that costs a round trip.
 Tensor select_experts(const Tensor& probs, int64_t k, int64_t sampled, Generator& gen) {
   if (sampled == 0) return topk(probs, k).indices;
   const int64_t rows = probs.size(0), experts = probs.size(1), kept = k - sampled;
@@ -59,7 +61,7 @@ Tensor select_experts(const Tensor& probs, int64_t k, int64_t sampled, Generator
       weight[pick] = 0;
     }
   }
-  return Tensor::from_vector(chosen, {rows, k});
+  return Tensor::from_vector(chosen, {rows, k}).to(probs.device());
 }
 
 }  // namespace
@@ -106,34 +108,26 @@ MoARouting MoAAttention::route_tokens(const Tensor& x_rows, const Tensor& query_
   const int64_t rows = x_rows.size(0), E = config.num_experts, k = config.k;
   MoARouting r;
   r.logits = router->forward(x_rows);  // [N, E]
-  if (noise && is_training()) {
-    Tensor eps = Tensor::randn({rows, E}, *gen_, r.logits.dtype());
+  if (noise && is_training()) {  // drawn on the host from the layer's stream, as on the CPU
+    Tensor eps = Tensor::randn({rows, E}, *gen_, r.logits.dtype()).to(x_rows.device());
     r.logits = r.logits + eps * (softplus(noise->forward(x_rows)) + 0.01);
   }
   r.probs = softmax(r.logits, -1);  // over all E experts, before top-k
   if (query_padding.defined()) r.probs = r.probs * logical_not(query_padding).to(r.probs.dtype()).unsqueeze(1);
 
   r.indices = select_experts(r.probs.detach(), k, is_training() ? config.sample_topk : 0, *gen_);
-  std::vector<int32_t> chosen = r.indices.to_vector<int32_t>(), flat(rows * k);
-  for (int64_t i = 0; i < rows * k; ++i) flat[i] = int32_t(i / k * E + chosen[i]);
-  r.gates = index_select(r.probs.reshape({rows * E}), 0, Tensor::from_vector(flat)).view({rows, k});
+  r.gates = index_select(r.probs.reshape({rows * E}), 0, flat_indices(r.indices, E)).view({rows, k});
 
   // The k-hot mask and the load c_e, which counts only gates > 0 (pads drop out).
-  std::vector<double> gates = r.gates.to_vector<double>();
-  std::vector<float> selected(rows * E, 0), counts(E, 0);
-  for (int64_t i = 0; i < rows * k; ++i) {
-    selected[flat[i]] = 1;
-    if (gates[i] > 0) counts[chosen[i]] += 1;
-  }
-  r.selected = Tensor::from_vector(selected, {rows, E}).to(r.probs.dtype());
-  r.counts = Tensor::from_vector(counts);
+  r.selected = k_hot(r.indices, E, r.probs.dtype());
+  r.counts = sum(r.selected * gt(r.probs, 0.0).to(r.probs.dtype()), {0}).to(DType::f32);
   return r;
 }
 
 Tensor MoAAttention::aux_loss(const MoARouting& r) const {
   const DType dtype = r.probs.dtype();
   const double E = double(config.num_experts);
-  Tensor total = Tensor::scalar(0, dtype);
+  Tensor total = Tensor::zeros({}, dtype, r.probs.device());
   if (config.w_switch != 0) {  // E · Σ_e P_e f_e, pads excluded (their p rows and counts are 0)
     Tensor load_balance = E * sum(l1_normalise(sum(r.probs, {0})) * l1_normalise(r.counts.to(dtype)));
     total = total + config.w_switch * load_balance;

@@ -127,7 +127,7 @@ void Module::load_state_dict(const NamedTensors& entries, bool strict) {
   NoGradGuard no_grad;
   for (auto& [name, target] : own) {
     auto it = given.find(name);
-    if (it != given.end()) target.copy_(it->second);
+    if (it != given.end()) target.copy_(it->second.to(target.device()));
   }
 }
 
@@ -154,18 +154,46 @@ void load_module(Module& module, const std::string& path, bool strict) {
   module.load_state_dict(load_safetensors(path), strict);
 }
 
+namespace {
+// Points every handle of `entry` (they share its TensorImpl) at `value`'s
+// storage; the shape stays, the gradient is dropped.
+void rebind(const Tensor& entry, const Tensor& value) {
+  TensorImpl& impl = *entry.impl_shared();
+  impl.storage = value.impl_shared()->storage;
+  impl.strides = value.strides();
+  impl.offset = value.offset();
+  impl.dtype = value.dtype();
+  impl.grad = nullptr;
+}
+}  // namespace
+
 void Module::to(DType dtype) {
   HEADROOM_CHECK(is_floating(dtype), "[Module::to] parameters can only be converted to f32 or f64, got ", dtype);
+  for (auto& [name, t] : state_dict())
+    if (t.is_floating_point() && t.dtype() != dtype) rebind(t, t.detach().to(dtype));
+}
+
+void Module::to(Device device) {
   for (auto& [name, t] : state_dict()) {
-    if (!t.is_floating_point() || t.dtype() == dtype) continue;
-    Tensor converted = t.detach().to(dtype);
-    TensorImpl& impl = *t.impl_shared();  // shared with every handle to this entry
-    impl.storage = converted.impl_shared()->storage;
-    impl.strides = converted.strides();
-    impl.offset = 0;
-    impl.dtype = dtype;
-    impl.grad = nullptr;
+    if (t.device() == device) continue;
+    Tensor source = t.detach();
+    if (source.device().is_cuda() && device.is_cuda()) source = source.to(Device::cpu());  // no direct device-to-device copy
+    rebind(t, source.to(device));
   }
+}
+
+const Tensor* Module::first_tensor(bool parameter) const {
+  const NamedTensors& own = parameter ? parameters_ : buffers_;
+  if (!own.empty()) return &own.front().second;
+  for (const auto& entry : children_)
+    if (const Tensor* found = entry.second->first_tensor(parameter)) return found;
+  return nullptr;
+}
+
+Device Module::device() const {  // without building state_dict(): tasks ask once per batch
+  const Tensor* first = first_tensor(true);
+  if (!first) first = first_tensor(false);
+  return first ? first->device() : Device::cpu();
 }
 
 }  // namespace headroom

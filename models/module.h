@@ -55,7 +55,9 @@ class Module {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   int64_t num_parameters() const;  // total elements over all parameters
 
-  // Copies each entry into the tensor of the same name (under NoGradGuard).
+  // Copies each entry into the tensor of the same name (under NoGradGuard),
+  // from whatever device the entry is on (a checkpoint read on the CPU loads
+  // into a model on CUDA).
   // Throws one error listing missing names, unexpected names (both ignored
   // when strict is false) and every shape or dtype mismatch; nothing is
   // copied unless everything matches.
@@ -72,11 +74,18 @@ class Module {
   // gradchecks through whole modules); handles held in members follow, since
   // they share the converted TensorImpl.  Gradients are dropped.
   void to(DType dtype);
+  // Moves every parameter and buffer to `device` in the same way (model.to(Device::cuda())
+  // before building the optimizer, whose state lives beside the parameters).
+  void to(Device device);
+  // Where the first parameter (else buffer) lives: the device of the whole
+  // module after to(device); the CPU for a module without tensors.
+  Device device() const;
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name, const char* kind) const;
   void collect(const std::string& prefix, bool parameters, bool buffers, NamedTensors& out) const;
+  const Tensor* first_tensor(bool parameter) const;  // depth first; null when there is none
 
   NamedTensors parameters_;
   NamedTensors buffers_;

@@ -29,47 +29,17 @@ double machine_epsilon(DType dtype) {
   return dtype == DType::f64 ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
 }
 
-// indices: i32 [N, K] in [0, n)  ->  [N, n] with 1 at the chosen positions.
-Tensor k_hot(const Tensor& indices, int64_t n, DType dtype) {
-  const int64_t rows = indices.size(0), k = indices.size(1);
-  std::vector<int32_t> chosen = indices.to_vector<int32_t>();
-  std::vector<double> mask(rows * n, 0.0);
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t j = 0; j < k; ++j) mask[t * n + chosen[t * k + j]] = 1;
-  return Tensor::from_vector(mask, {rows, n}).to(dtype);
-}
-
 // The shared heads 0..h_s-1, then the chosen routed heads (i32 [N, K] in
-// [0, E_r), or undefined) shifted by h_s  ->  i32 [N, h_s + K].
-Tensor active_head_list(int64_t tokens, int64_t shared, const Tensor& routed_chosen) {
-  const int64_t k = routed_chosen.defined() ? routed_chosen.size(1) : 0;
-  std::vector<int32_t> routed = k ? routed_chosen.to_vector<int32_t>() : std::vector<int32_t>();
-  std::vector<int32_t> heads;
-  heads.reserve(tokens * (shared + k));
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t i = 0; i < shared; ++i) heads.push_back(int32_t(i));
-    for (int64_t j = 0; j < k; ++j) heads.push_back(int32_t(shared + routed[t * k + j]));
-  }
-  return Tensor::from_vector(heads, {tokens, shared + k});
-}
-
-// Row token * h + head of every grouped row of the plan (segment = head).
-Tensor grouped_token_head_rows(const RoutePlan& plan) {
-  std::vector<int32_t> order = plan.order.to_vector<int32_t>(), head = plan.segment.to_vector<int32_t>();
-  std::vector<int32_t> rows(order.size());
-  for (size_t r = 0; r < rows.size(); ++r)
-    rows[r] = int32_t(order[r] / plan.k * plan.num_segments + head[r]);
-  return Tensor::from_vector(rows);
-}
-
-// Keys or values [B, h_kv, S, d_h] in a layout routed_attention takes (h_kv
-// = h or 1): other GQA groupings give each query head its KV head.
-Tensor kv_per_head(const Tensor& kv, int64_t heads) {
-  const int64_t kv_heads = kv.size(1);
-  if (kv_heads == heads || kv_heads == 1) return kv;
-  std::vector<int32_t> kv_head_of(heads);
-  for (int64_t j = 0; j < heads; ++j) kv_head_of[j] = int32_t(j / (heads / kv_heads));
-  return index_select(kv, 1, Tensor::from_vector(kv_head_of));
+// [0, E_r), or undefined) shifted by h_s  ->  i32 [N, h_s + K] on `device`.
+Tensor active_head_list(int64_t tokens, int64_t shared, int64_t heads, const Tensor& routed_chosen, Device device) {
+  Tensor all_heads = index_range(heads, device);
+  Tensor shared_heads = all_heads.narrow(0, 0, shared).unsqueeze(0).expand({tokens, shared});  // [N, h_s]
+  if (!routed_chosen.defined()) return shared_heads.contiguous();
+  // Routed head e is head h_s + e: look the choices up in the range h_s..h-1.
+  const int64_t k = routed_chosen.size(1);
+  Tensor routed = index_select(all_heads.narrow(0, shared, heads - shared), 0, routed_chosen.reshape({-1}));
+  routed = routed.view({tokens, k});
+  return shared == 0 ? routed : cat({shared_heads, routed}, 1);
 }
 
 }  // namespace
@@ -148,7 +118,7 @@ Tensor MoHAttention::routed_gates(const Tensor& r, const Tensor& mask) const {
 
 Tensor MoHAttention::shared_gates(const RouterLogits& logits, const Tensor& x) const {
   const int64_t n = x.size(0), shared = moh_config.shared_heads;
-  if (!router_shared) return Tensor::ones({n, shared}, x.dtype());  // qnorm, or the constant gate of h_s = 1
+  if (!router_shared) return Tensor::ones({n, shared}, x.dtype(), x.device());  // qnorm, or the constant gate of h_s = 1
   Tensor s = softmax(logits.shared, -1);
   return moh_config.scaling == MoHConfig::GateScaling::code ? s * double(shared) : s;
 }
@@ -162,7 +132,7 @@ MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& 
   if (k > 0) {
     routing.scores = routed_scores(logits, q);
     chosen = topk(routing.scores.detach(), k).indices;  // [N, K_r] in [0, E_r)
-    routing.mask = k_hot(chosen, routed_heads(), x.dtype());
+    routing.mask = k_hot(chosen, routed_heads(), x.dtype());  // constant
     g_routed = routed_gates(routing.scores, routing.mask);
   }
   if (router_mix) {  // two-stage routing: [α1, α2] balance the shared and the routed group
@@ -172,7 +142,7 @@ MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& 
     g_routed = g_routed * alpha.narrow(1, 1, 1);
   }
   routing.gates = k == 0 ? g_shared : shared == 0 ? g_routed : cat({g_shared, g_routed}, 1);
-  routing.heads = active_head_list(n, shared, chosen);
+  routing.heads = active_head_list(n, shared, config.heads, chosen, x.device());
   return routing;
 }
 
@@ -189,18 +159,16 @@ AttentionOutput MoHAttention::finish(const Routing& routing, const Tensor& out) 
   if (k > 0 && is_training()) result.aux_loss = load_balance(routing);
   if (k > 0) result.stats.indices = routing.heads.narrow(1, shared, k).contiguous();
   result.stats.gates = routing.gates.detach().to(DType::f32);
-  std::vector<float> load(config.heads, 0.0f);
-  for (int32_t head : routing.heads.to_vector<int32_t>()) load[head] += 1;
-  result.stats.load = Tensor::from_vector(load);
+  result.stats.load = sum(k_hot(routing.heads, config.heads, DType::f32), {0});
   return result;
 }
 
 // ---- the two forward paths -------------------------------------------------------
 
-Tensor MoHAttention::query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan) const {
+Tensor MoHAttention::query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan,
+                                const Tensor& token_head_rows) const {
   if (q.defined())  // qnorm computed every head's query to route: pick the active rows
-    return index_select(q.permute({0, 2, 1, 3}).reshape({x.size(0) * config.heads, head_dim}), 0,
-                        grouped_token_head_rows(plan));
+    return index_select(q.permute({0, 2, 1, 3}).reshape({x.size(0) * config.heads, head_dim}), 0, token_head_rows);
   // Head j's query is x · W_q[j·d_h : (j+1)·d_h, :]ᵀ: W_q viewed as [h, d, d_h].
   Tensor w_heads = q_proj->weight.reshape({config.heads, head_dim, config.dim}).permute({0, 2, 1});
   Tensor rows = gather_segment_matmul(x, w_heads, plan);  // [N*k, d_h]
@@ -218,14 +186,17 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   Tensor q = moh_config.router == MoHConfig::Router::qnorm ? queries(x) : Tensor();
   Routing routing = route_tokens(tokens, q);
   RoutePlan plan = route(routing.heads, h);  // segment = head
+  // Grouped row r is (token, head) pair token * h + head of [N, h]: the flat
+  // position of its pair in routing.heads, picked in plan order.
+  Tensor token_head_rows = index_select(flat_indices(routing.heads, h), 0, plan.order);  // [N*k]
 
   KeysValues kv = keys_values(in);  // every head: all tokens need them
   AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
-  Tensor heads = routed_attention(query_rows(tokens, q, plan), kv_per_head(kv.k, h), kv_per_head(kv.v, h), plan,
-                                  seq, opts);  // [N*k, d_h]
+  Tensor heads = routed_attention(query_rows(tokens, q, plan, token_head_rows), repeat_kv(kv.k, h),
+                                  repeat_kv(kv.v, h), plan, seq, opts);  // [N*k, d_h]
   // Gate the head rows before W_O (as the dense path does): the gates'
   // gradient then needs only these d_h-wide rows, not the d-wide projections.
-  Tensor row_gates = index_select(routing.gates.reshape({n * h}), 0, grouped_token_head_rows(plan));  // [N*k]
+  Tensor row_gates = index_select(routing.gates.reshape({n * h}), 0, token_head_rows);  // [N*k]
   Tensor gated = heads * row_gates.unsqueeze(1);
   // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d].
   Tensor w_out = o_proj->weight.t().reshape({h, head_dim, config.dim});
@@ -270,6 +241,7 @@ std::shared_ptr<MoHAttention> moh_from_mha(const MultiHeadAttention& dense, int6
   Generator unused(0);  // qnorm has no router; the projections' draws are overwritten below
   auto moh = std::make_shared<MoHAttention>(cfg, unused);
   moh->to(dense.q_proj->weight.dtype());
+  moh->to(dense.device());
   moh->load_state_dict(dense.state_dict());
   moh->train(dense.is_training());
   return moh;

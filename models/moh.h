@@ -93,7 +93,8 @@ class MoHAttention : public MultiHeadAttention {
   Tensor routed_scores(const RouterLogits& logits, const Tensor& q) const;  // r [N, E_r]
   Tensor routed_gates(const Tensor& r, const Tensor& mask) const;
   Tensor shared_gates(const RouterLogits& logits, const Tensor& x) const;
-  Tensor query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan) const;
+  // token_head_rows: i32 [N*k], grouped row r's row token * h + head of an [N, h] layout.
+  Tensor query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan, const Tensor& token_head_rows) const;
   Tensor load_balance(const Routing& routing) const;
   AttentionOutput finish(const Routing& routing, const Tensor& out) const;
 };

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "headroom/cuda/optim.h"
+#include "headroom/models/optim_update.h"
+
 namespace headroom {
 
 // ---- Optimizer -------------------------------------------------------------------
@@ -19,7 +22,6 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     HEADROOM_CHECK(p.defined(), "[", name_, "] parameter ", i, " is undefined");
-    check_cpu(name_, {p});
     check_floating(name_, p, "parameter");
     HEADROOM_CHECK(p.is_leaf() && p.is_contiguous(), "[", name_, "] parameter ", i, " of shape ",
                    shape_str(p.shape()), " must be a contiguous leaf tensor");
@@ -47,8 +49,9 @@ bool Optimizer::has_state(const std::string& slot, size_t param) const {
 Tensor& Optimizer::state_tensor(const std::string& slot, size_t param) {
   Slot& s = slots_.at(slot);
   Tensor& t = s.tensors.at(param);
-  if (!t.defined())
-    t = s.per_element ? Tensor::zeros(params_[param].shape(), params_[param].dtype()) : Tensor::zeros({}, DType::f64);
+  if (!t.defined())  // per-element state beside its parameter; counts on the CPU, where they are read
+    t = s.per_element ? Tensor::zeros(params_[param].shape(), params_[param].dtype(), params_[param].device())
+                      : Tensor::zeros({}, DType::f64);
   return t;
 }
 
@@ -100,7 +103,7 @@ void Optimizer::load_state(const NamedTensors& entries) {
     const DType dtype = it->second.per_element ? p.dtype() : DType::f64;
     HEADROOM_CHECK(t.shape() == shape && t.dtype() == dtype, "[", name_, "] state entry '", name, "' has shape ",
                    shape_str(t.shape()), " and dtype ", t.dtype(), ", expected ", shape_str(shape), " and ", dtype);
-    it->second.tensors[i] = t.clone();
+    it->second.tensors[i] = t.to(it->second.per_element ? p.device() : Device::cpu()).clone();
   }
   HEADROOM_CHECK(found_steps, "[", name_, "] the state has no 'optim.steps' entry");
   slots_ = std::move(loaded);
@@ -120,20 +123,14 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_d
 void SGD::step() {
   update_each([&](size_t i, const Tensor& grad, auto type) {
     using T = decltype(type);
-    T* p = params()[i].data<T>();
+    const Tensor& param = params()[i];
+    SgdUpdate update{lr(), momentum_, weight_decay_, nesterov_, !has_state("momentum_buffer", i)};
+    const Tensor buffer = momentum_ != 0 ? state_tensor("momentum_buffer", i) : Tensor();
+    if (param.device().is_cuda()) return cuda::optim_kernels().sgd(param, grad, buffer, update);
+    T* p = param.data<T>();
     const T* g = grad.data<T>();
-    const bool first = !has_state("momentum_buffer", i);
-    T* buf = momentum_ != 0 ? state_tensor("momentum_buffer", i).data<T>() : nullptr;
-    const int64_t n = grad.numel();
-    for (int64_t j = 0; j < n; ++j) {
-      double d = double(g[j]) + weight_decay_ * double(p[j]);
-      if (buf) {
-        double b = first ? d : momentum_ * double(buf[j]) + d;
-        buf[j] = static_cast<T>(b);
-        d = nesterov_ ? d + momentum_ * b : b;
-      }
-      p[j] = static_cast<T>(double(p[j]) - lr() * d);
-    }
+    T* b = data_or_null<T>(buffer);
+    for (int64_t j = 0, n = grad.numel(); j < n; ++j) update.apply(p[j], g[j], b ? b + j : nullptr);
   });
 }
 
@@ -162,23 +159,17 @@ Adam::Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, do
 void Adam::step() {
   update_each([&](size_t i, const Tensor& grad, auto type) {
     using T = decltype(type);
+    const Tensor& param = params()[i];
     const double t = ++state_tensor("step", i).data<double>()[0];
-    T* p = params()[i].data<T>();
+    const AdamUpdate update = AdamUpdate::at(t, lr(), beta1_, beta2_, eps_, weight_decay_, decoupled_);
+    const Tensor& exp_avg = state_tensor("exp_avg", i);
+    const Tensor& exp_avg_sq = state_tensor("exp_avg_sq", i);
+    if (param.device().is_cuda()) return cuda::optim_kernels().adam(param, grad, exp_avg, exp_avg_sq, update);
+    T* p = param.data<T>();
     const T* g = grad.data<T>();
-    T* m = state_tensor("exp_avg", i).data<T>();
-    T* v = state_tensor("exp_avg_sq", i).data<T>();
-    const double step_size = lr() / (1 - std::pow(beta1_, t));
-    const double bias2_sqrt = std::sqrt(1 - std::pow(beta2_, t));
-    const double decay = decoupled_ ? 1 - lr() * weight_decay_ : 1;  // AdamW: shrink p first
-    const double l2 = decoupled_ ? 0 : weight_decay_;                 // Adam: decay through the gradient
-    const int64_t n = grad.numel();
-    for (int64_t j = 0; j < n; ++j) {
-      const double gj = double(g[j]) + l2 * double(p[j]);
-      m[j] = static_cast<T>(beta1_ * double(m[j]) + (1 - beta1_) * gj);
-      v[j] = static_cast<T>(beta2_ * double(v[j]) + (1 - beta2_) * gj * gj);
-      const double denom = std::sqrt(double(v[j])) / bias2_sqrt + eps_;
-      p[j] = static_cast<T>(double(p[j]) * decay - step_size * double(m[j]) / denom);
-    }
+    T* m = exp_avg.data<T>();
+    T* v = exp_avg_sq.data<T>();
+    for (int64_t j = 0, n = grad.numel(); j < n; ++j) update.apply(p[j], g[j], m[j], v[j]);
   });
 }
 
@@ -204,17 +195,20 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   for (const Tensor& p : params) {
     Tensor g = p.defined() ? p.grad() : Tensor();
     if (!g.defined()) continue;
-    check_cpu("clip_grad_norm", {g});
     check_floating("clip_grad_norm", g, "gradient");
     grads.push_back(g);
   }
+  check_same_device("clip_grad_norm", grads);
+  const bool on_cuda = !grads.empty() && grads[0].device().is_cuda();
   double sum_squares = 0;
-  for (const Tensor& g : grads) for_each_element(g, [&](auto x) { sum_squares += double(x) * double(x); });
+  if (on_cuda) sum_squares = cuda::optim_kernels().sum_of_squares(grads).item();  // the step's one sync: the norm is returned
+  else for (const Tensor& g : grads) for_each_element(g, [&](auto x) { sum_squares += double(x) * double(x); });
   const double norm = std::sqrt(sum_squares);
   const double scale = max_norm / (norm + 1e-6);
   if (!std::isfinite(norm) || scale >= 1) return norm;
   for (const Tensor& g : grads) {
-    for_each_element(g, [&](auto& x) { x = static_cast<std::remove_reference_t<decltype(x)>>(double(x) * scale); });
+    if (on_cuda) cuda::optim_kernels().scale_(g, scale);
+    else for_each_element(g, [&](auto& x) { x = static_cast<std::remove_reference_t<decltype(x)>>(double(x) * scale); });
     g.bump_version();
   }
   return norm;

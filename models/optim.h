@@ -14,7 +14,9 @@
 //
 // Updates run under NoGradGuard, write the parameters in place and bump
 // their versions; parameters without a gradient are skipped.  Arithmetic is
-// done in double and stored in the parameter's dtype (f32 or f64).
+// done in double and stored in the parameter's dtype (f32 or f64), by the
+// rules of models/optim_update.h on either device (one fused kernel per
+// parameter on CUDA).
 #include <cstdint>
 #include <map>
 #include <string>
@@ -29,7 +31,9 @@ namespace headroom {
 
 class Optimizer {
  public:
-  // params: floating-point, contiguous CPU leaves; at least one.
+  // params: floating-point, contiguous leaves, on the CPU or CUDA; at least one.
+  // Per-element state (moments, momentum) lives on its parameter's device,
+  // step counts on the CPU; load_state moves loaded entries there.
   Optimizer(std::vector<Tensor> params, double lr, const char* name);
   virtual ~Optimizer() = default;
 
@@ -121,7 +125,8 @@ class AdamW : public Adam {
 // Scales all gradients together so that their global L2 norm is at most
 // max_norm (by max_norm / (norm + 1e-6), as PyTorch does) and returns the
 // norm before clipping.  A NaN or infinite norm is returned with the
-// gradients untouched, for the caller to act on.
+// gradients untouched, for the caller to act on.  The gradients share one
+// device; on CUDA the norm is one device reduction and one copy to the host.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 // ---- learning-rate schedules: factor(step) multiplies the base rate ------------

@@ -41,7 +41,6 @@ LayerBatch read_layer(const RoutingStats& stats, int64_t layer, int64_t rows) {
     return batch;
   }
   const Tensor& g = stats.gates;
-  check_cpu("RoutingRecorder", {g});
   check_floating("RoutingRecorder", g, "gates");
   HEADROOM_CHECK(g.dim() == 2 && (rows < 0 || g.size(0) == rows), "[RoutingRecorder] layer ", layer, ": gates ",
                  shape_str(g.shape()), ", expected [N, E] with N = ", rows, " rows of tokens/valid");
@@ -52,7 +51,6 @@ LayerBatch read_layer(const RoutingStats& stats, int64_t layer, int64_t rows) {
                    ", expected finite values >= 0");
   if (stats.indices.defined()) {
     const Tensor& idx = stats.indices;
-    check_cpu("RoutingRecorder", {idx});
     check_dtype("RoutingRecorder", idx, DType::i32, "indices");
     HEADROOM_CHECK(idx.dim() == 2 && idx.size(0) == g.size(0) && idx.size(1) > 0, "[RoutingRecorder] layer ",
                    layer, ": indices ", shape_str(idx.shape()), ", expected [N, k] with N = ", g.size(0),
@@ -70,7 +68,6 @@ LayerBatch read_layer(const RoutingStats& stats, int64_t layer, int64_t rows) {
 template <typename T>
 std::vector<T> read_rows(const Tensor& t, DType dtype, const char* what) {
   if (!t.defined()) return {};
-  check_cpu("RoutingRecorder", {t});
   check_dtype("RoutingRecorder", t, dtype, what);
   HEADROOM_CHECK(t.dim() == 1, "[RoutingRecorder] ", what, " ", shape_str(t.shape()), ", expected [N]");
   return t.to_vector<T>();

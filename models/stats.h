@@ -57,6 +57,7 @@ class RoutingRecorder {
   // tokens: optional i32 [N] token ids of the query rows (N = B*T, same order
   // as the stats rows) for PMI.  valid: optional b8 [N], 1 = count this row
   // (e.g. not padding).  Everything is checked before anything is recorded.
+  // The tensors may live on any device: they are copied to the host here.
   void add(const std::vector<RoutingStats>& stats, const Tensor& tokens = Tensor(), const Tensor& valid = Tensor());
 
   // One row per (layer, expert) of the recorded layers, after a header:

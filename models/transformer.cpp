@@ -26,7 +26,7 @@ void ModelOutput::append(const ModelOutput& other) {
 
 namespace {
 // The sum of the defined losses and how many there were.
-std::pair<Tensor, int64_t> total_aux(const std::vector<Tensor>& aux_losses) {
+std::pair<Tensor, int64_t> total_aux(const std::vector<Tensor>& aux_losses, Device device) {
   Tensor total;
   int64_t count = 0;
   for (const Tensor& loss : aux_losses) {
@@ -34,18 +34,18 @@ std::pair<Tensor, int64_t> total_aux(const std::vector<Tensor>& aux_losses) {
     total = total.defined() ? total + loss : loss;
     ++count;
   }
-  return {total.defined() ? total : Tensor::scalar(0), count};
+  return {total.defined() ? total : Tensor::zeros({}, DType::f32, device), count};
 }
 }  // namespace
 
-Tensor sum_aux(const std::vector<Tensor>& aux_losses) { return total_aux(aux_losses).first; }
+Tensor sum_aux(const std::vector<Tensor>& aux_losses, Device device) { return total_aux(aux_losses, device).first; }
 
-Tensor mean_aux(const std::vector<Tensor>& aux_losses) {
-  auto [total, count] = total_aux(aux_losses);
+Tensor mean_aux(const std::vector<Tensor>& aux_losses, Device device) {
+  auto [total, count] = total_aux(aux_losses, device);
   return count > 1 ? total / double(count) : total;
 }
 
-Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dtype) {
+Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dtype, Device device) {
   HEADROOM_CHECK(dim > 0 && dim % 2 == 0 && start >= 0 && length >= 0, "[sinusoidal_positions] expected an even dim > 0 "
                  "and start, length >= 0, got dim ", dim, ", start ", start, ", length ", length);
   std::vector<double> table(length * dim);
@@ -55,12 +55,12 @@ Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dt
       table[p * dim + 2 * i] = std::sin(angle);
       table[p * dim + 2 * i + 1] = std::cos(angle);
     }
-  return Tensor::from_vector(table, {length, dim}).to(dtype);
+  return Tensor::from_vector(table, {length, dim}).to(dtype).to(device);
 }
 
 void DecoderCache::reorder(const Tensor& rows) {
   auto select = [&](Tensor& t) {
-    if (t.defined()) t = index_select(t, 0, rows);
+    if (t.defined()) t = index_select(t, 0, rows.to(t.device()));
   };
   for (auto* caches : {&self, &cross})
     for (AttentionCache& c : *caches) select(c.k), select(c.v), select(c.extra);
@@ -154,11 +154,20 @@ Tensor TokenEmbedding::forward(const Tensor& ids, int64_t start) const {
   if (positions) {
     HEADROOM_CHECK(start + T <= config.max_len, "[TokenEmbedding] positions ", start, "..", start + T - 1,
                    " exceed max_len ", config.max_len);
-    pos = positions->forward(Tensor::arange(double(start), double(start + T), 1, DType::i32));
+    pos = positions->forward(index_range(start + T, x.device()).narrow(0, start, T));
   } else {
-    pos = sinusoidal_positions(start, T, config.dim, x.dtype());
+    pos = sinusoids(start, T, x);
   }
   return drop->forward(x + pos);
+}
+
+Tensor TokenEmbedding::sinusoids(int64_t start, int64_t T, const Tensor& x) const {
+  const Tensor& table = sinusoid_table_;
+  if (!table.defined() || table.size(0) < start + T || table.dtype() != x.dtype() || table.device() != x.device()) {
+    const int64_t rows = std::max(start + T, table.defined() ? 2 * table.size(0) : 0);
+    sinusoid_table_ = sinusoidal_positions(0, rows, config.dim, x.dtype(), x.device());
+  }
+  return sinusoid_table_.narrow(0, start, T);
 }
 
 TransformerStack::TransformerStack(const ModelConfig& config, int64_t layers, AttentionRole role, bool with_cross,

@@ -35,13 +35,15 @@ struct ModelOutput {
   void append(const ModelOutput& other);  // records another output's layers after this one's
 };
 
-// Sum / mean of per-layer aux losses; a 0 scalar (f32) when there are none.
-Tensor sum_aux(const std::vector<Tensor>& aux_losses);
-Tensor mean_aux(const std::vector<Tensor>& aux_losses);
+// Sum / mean of per-layer aux losses; a 0 scalar (f32) on `device` when there are none.
+Tensor sum_aux(const std::vector<Tensor>& aux_losses, Device device = Device::cpu());
+Tensor mean_aux(const std::vector<Tensor>& aux_losses, Device device = Device::cpu());
 
 // Vaswani et al.'s sinusoids for positions start .. start+length-1, interleaved:
 // PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)).  [length, dim]
-Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dtype = DType::f32);
+// Computed on the host (in double) and copied to `device`.
+Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dtype = DType::f32,
+                            Device device = Device::cpu());
 
 // Per-layer attention caches of one incremental decoding run.
 struct DecoderCache {
@@ -102,6 +104,13 @@ class TokenEmbedding : public Module {
   std::shared_ptr<Embedding> tokens, positions;  // positions: learned only
   std::shared_ptr<Dropout> drop;
   ModelConfig config;
+
+ private:
+  // Sinusoids of positions start .. start+T-1 in x's dtype and device: rows
+  // of a table kept for the last dtype and device and grown on demand, so a
+  // step on CUDA does not copy it from the host.
+  Tensor sinusoids(int64_t start, int64_t T, const Tensor& x) const;
+  mutable Tensor sinusoid_table_;
 };
 
 // A stack of blocks and, for pre-LN, the final LayerNorm.

@@ -1,10 +1,11 @@
-// Element-wise ops: validation, dispatch to the CPU kernels, and backward.
-// Every arithmetic op goes through binary_op and every activation through
-// unary_op; the math of each (value and derivative) lives in its functor in
-// ops/cpu/elementwise.cpp.
+// Element-wise ops: validation, dispatch to the CPU or CUDA kernels, and
+// backward.  Every arithmetic op goes through binary_op and every activation
+// through unary_op; the math of each (value and derivative) lives in its
+// functor in ops/cpu/elementwise.cpp (and its device twin in cuda/elementwise.cu).
 #include "headroom/ops/elementwise.h"
 
 #include "headroom/autograd/node.h"
+#include "headroom/cuda/elementwise.h"
 #include "headroom/ops/cpu/elementwise.h"
 #include "headroom/ops/shape.h"
 
@@ -19,11 +20,18 @@ Tensor scalar_like(double value, const Tensor& like) {
 // The inputs of a binary op share a device and a dtype; returns their broadcast shape.
 Shape check_pair(const char* op, const Tensor& a, const Tensor& b) {
   check_same_device(op, {a, b});
-  check_cpu(op, {a, b});
   HEADROOM_CHECK(a.dtype() == b.dtype(), "[", op, "] dtypes differ: ", a.dtype(), " and ", b.dtype(),
                  " (shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
                  "); convert one with .to(dtype)");
   return broadcast_shapes(a.shape(), b.shape(), op);
+}
+
+// g * d op(a, b) / d input i (0: a, 1: b), at g's broadcast shape.
+Tensor binary_partial(cpu::BinaryOp op, int i, const Tensor& a, const Tensor& b, const Tensor& g) {
+  Tensor grad = Tensor::empty(g.shape(), g.dtype(), g.device());
+  if (g.device().is_cuda()) cuda::elementwise_kernels().binary_grad(op, i, a, b, g, grad);
+  else cpu::binary_grad(op, i, a, b, g, grad);
+  return grad;
 }
 
 // out = op(a, b) with broadcasting.  Backward: the kernel's partial derivative
@@ -34,7 +42,8 @@ Tensor binary_op(const char* name, cpu::BinaryOp op, const Tensor& a, const Tens
   Shape shape = check_pair(name, a, b);
   check_floating(name, a);
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());  // [broadcast(a, b)]
-  cpu::binary(op, a, b, out);
+  if (out.device().is_cuda()) cuda::elementwise_kernels().binary(op, a, b, out);
+  else cpu::binary(op, a, b, out);
   const bool linear = op == cpu::BinaryOp::add || op == cpu::BinaryOp::sub;
   const Shape shapes[2] = {a.shape(), b.shape()};
   autograd::record(out, name, {a, b}, linear ? std::vector<Tensor>{} : std::vector<Tensor>{a, b},
@@ -43,8 +52,7 @@ Tensor binary_op(const char* name, cpu::BinaryOp op, const Tensor& a, const Tens
                        if (!grads.wants(i)) continue;
                        Tensor full = g;  // [broadcast]
                        if (!linear) {
-                         full = Tensor::empty(g.shape(), g.dtype(), g.device());
-                         cpu::binary_grad(op, i, s[0], s[1], g, full);
+                         full = binary_partial(op, i, s[0], s[1], g);
                        } else if (i == 1 && op == cpu::BinaryOp::sub) {
                          full = neg(g);
                        }
@@ -56,14 +64,15 @@ Tensor binary_op(const char* name, cpu::BinaryOp op, const Tensor& a, const Tens
 
 // out = op(x).  Backward: g * op'(x), recomputed from the saved input.
 Tensor unary_op(const char* name, cpu::UnaryOp op, const Tensor& x, cpu::UnaryArgs args = {}) {
-  check_cpu(name, {x});
   check_floating(name, x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cpu::unary(op, args, x, out);
+  if (x.device().is_cuda()) cuda::elementwise_kernels().unary(op, args, x, out);
+  else cpu::unary(op, args, x, out);
   autograd::record(out, name, {x}, {x},
                    [op, args](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor grad = Tensor::empty(g.shape(), g.dtype(), g.device());
-                     cpu::unary_grad(op, args, s[0], g, grad);
+                     if (g.device().is_cuda()) cuda::elementwise_kernels().unary_grad(op, args, s[0], g, grad);
+                     else cpu::unary_grad(op, args, s[0], g, grad);
                      grads.add(0, grad);
                    });
   return out;
@@ -72,7 +81,8 @@ Tensor unary_op(const char* name, cpu::UnaryOp op, const Tensor& x, cpu::UnaryAr
 // A b8 mask of shape broadcast(a, b); no gradient.
 Tensor compare_op(const char* name, cpu::CompareOp op, const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(check_pair(name, a, b), DType::b8, a.device());
-  cpu::compare(op, a, b, out);
+  if (out.device().is_cuda()) cuda::elementwise_kernels().compare(op, a, b, out);
+  else cpu::compare(op, a, b, out);
   return out;
 }
 
@@ -80,7 +90,8 @@ Tensor logical_op(const char* name, cpu::LogicalOp op, const Tensor& a, const Te
   check_dtype(name, a, DType::b8, "masks");
   check_dtype(name, b, DType::b8, "masks");
   Tensor out = Tensor::empty(check_pair(name, a, b), DType::b8, a.device());
-  cpu::logical(op, a, b, out);
+  if (out.device().is_cuda()) cuda::elementwise_kernels().logical(op, a, b, out);
+  else cpu::logical(op, a, b, out);
   return out;
 }
 
@@ -172,10 +183,10 @@ Tensor logical_or(const Tensor& a, const Tensor& b) {
 }
 
 Tensor logical_not(const Tensor& mask) {
-  check_cpu("logical_not", {mask});
   check_dtype("logical_not", mask, DType::b8, "mask");
   Tensor out = Tensor::empty(mask.shape(), DType::b8, mask.device());
-  cpu::logical_not(mask, out);
+  if (out.device().is_cuda()) cuda::elementwise_kernels().logical_not(mask, out);
+  else cpu::logical_not(mask, out);
   return out;
 }
 
@@ -184,7 +195,8 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   check_same_device("where", {mask, a, b});
   Shape shape = broadcast_shapes(mask.shape(), check_pair("where", a, b), "where");
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());  // [broadcast(mask, a, b)]
-  cpu::where(mask, a, b, out);
+  if (out.device().is_cuda()) cuda::elementwise_kernels().where(mask, a, b, out);
+  else cpu::where(mask, a, b, out);
   if (!out.is_floating_point()) return out;
   Shape a_shape = a.shape(), b_shape = b.shape();
   autograd::record(out, "where", {mask, a, b}, {mask},

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "headroom/autograd/node.h"
+#include "headroom/cuda/matmul.h"
 #include "headroom/ops/cpu/matmul.h"
 #include "headroom/ops/shape.h"
 
@@ -66,7 +67,7 @@ Tensor blas_ready(const Tensor& t, cpu::MatrixLayout& layout) {
   const int d = t.dim();
   const int64_t rows = t.shape()[d - 2], cols = t.shape()[d - 1];
   if (blas_layout(rows, cols, t.strides()[d - 2], t.strides()[d - 1], layout)) return t;
-  Tensor copy = Tensor::empty(t.shape(), t.dtype());
+  Tensor copy = Tensor::empty(t.shape(), t.dtype(), t.device());
   copy_elements(t, copy);
   layout = {false, std::max<int64_t>(1, cols)};
   return copy;
@@ -81,18 +82,25 @@ Strides batch_strides(const Tensor& t, const Shape& batch) {
   return strides;
 }
 
-template <typename T>
+// out = a · b (+ bias on every row) on a's device, matrix by matrix of the
+// broadcast batch.   a: [..., M, K]   b: [..., K, N]   out: [batch..., M, N] contiguous
 void run_batched_gemm(const Tensor& a, const cpu::MatrixLayout& la, const Tensor& b,
-                      const cpu::MatrixLayout& lb, const Tensor& bias, Tensor& out) {
+                      const cpu::MatrixLayout& lb, const Tensor& bias, const Tensor& out) {
   const Shape batch = batch_of(out);
-  cpu::MatrixStack<T> a_stack{a.data<T>(), {}, la}, b_stack{b.data<T>(), {}, lb};
+  std::vector<int64_t> a_offsets, b_offsets;  // of each matrix, from a's and b's first elements
   for_each_offset2(batch, batch_strides(a, batch), 0, batch_strides(b, batch), 0,
                    [&](int64_t a_offset, int64_t b_offset) {
-                     a_stack.offsets.push_back(a_offset);
-                     b_stack.offsets.push_back(b_offset);
+                     a_offsets.push_back(a_offset);
+                     b_offsets.push_back(b_offset);
                    });
-  cpu::batched_gemm<T>(a.size(-2), b.size(-1), a.size(-1), a_stack, b_stack,
-                       bias.defined() ? bias.data<T>() : nullptr, out.data<T>());
+  const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
+  if (out.device().is_cuda())
+    return cuda::matmul_kernels().batched_gemm(m, n, k, a, a_offsets, la, b, b_offsets, lb, bias, out);
+  dispatch_floating(out.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::batched_gemm<T>(m, n, k, {a.data<T>(), std::move(a_offsets), la},
+                         {b.data<T>(), std::move(b_offsets), lb}, data_or_null<T>(bias), out.data<T>());
+  });
 }
 
 // a · b (+ bias on every row), both at least 2-D.   a: [..., M, K]   b: [..., K, N]
@@ -100,10 +108,8 @@ void run_batched_gemm(const Tensor& a, const cpu::MatrixLayout& la, const Tensor
 Tensor batched_product(const Tensor& a, const Tensor& b, const Tensor& bias) {
   cpu::MatrixLayout la, lb;
   Tensor a_ready = blas_ready(a, la), b_ready = blas_ready(b, lb);
-  Tensor out = Tensor::empty(promoted_out_shape(a, b), a.dtype());
-  Tensor bias_ready = bias.defined() ? bias.contiguous() : bias;
-  if (a.dtype() == DType::f32) run_batched_gemm<float>(a_ready, la, b_ready, lb, bias_ready, out);
-  else run_batched_gemm<double>(a_ready, la, b_ready, lb, bias_ready, out);
+  Tensor out = Tensor::empty(promoted_out_shape(a, b), a.dtype(), a.device());
+  run_batched_gemm(a_ready, la, b_ready, lb, bias.defined() ? bias.contiguous() : bias, out);
   return out;
 }
 
@@ -121,14 +127,13 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& bias) {
   return shape == out.shape() ? out : make_view(out, shape, contiguous_strides(shape), 0);
 }
 
-// One floating dtype, CPU, one device for all inputs.
+// One floating dtype, one device for all inputs.
 void check_operands(const char* op, const std::vector<Tensor>& inputs) {
   check_floating(op, inputs[0]);
   for (const Tensor& t : inputs)
     HEADROOM_CHECK(t.dtype() == inputs[0].dtype(), "[", op, "] expected inputs of one dtype, got ",
                    inputs[0].dtype(), " and ", t.dtype());
   check_same_device(op, inputs);
-  check_cpu(op, inputs);
 }
 
 // Batch dimensions (all but the last two) broadcast against each other.
@@ -164,17 +169,19 @@ Tensor grad_of_second(const Tensor& a2, const Tensor& g2, const Shape& b2_shape)
   return sum_to_shape(matmul(a2.t(), g2), b2_shape);
 }
 
-template <typename T>
-void sum_rows_into(const Tensor& g_rows, Tensor& out) {
-  cpu::sum_rows(g_rows.data<T>(), g_rows.size(0), g_rows.size(1), out.data<T>());
-}
-
 // db = the sum of g over its rows.   g_rows: [rows, out]   -> [out]
 Tensor sum_rows(const Tensor& g_rows) {
   Tensor g = g_rows.contiguous();
-  Tensor out = Tensor::empty({g.size(1)}, g.dtype());
-  if (g.dtype() == DType::f32) sum_rows_into<float>(g, out);
-  else sum_rows_into<double>(g, out);
+  const int64_t rows = g.size(0), cols = g.size(1);
+  Tensor out = Tensor::empty({cols}, g.dtype(), g.device());
+  if (g.device().is_cuda()) {
+    cuda::matmul_kernels().sum_rows(g, out, rows, cols);
+  } else {
+    dispatch_floating(g.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      cpu::sum_rows(g.data<T>(), rows, cols, out.data<T>());
+    });
+  }
   return out;
 }
 

@@ -1,8 +1,14 @@
 // Neural-network ops: validation, dispatch to the CPU kernels in
-// ops/cpu/nn.cpp, and each op's backward right below its forward.
+// ops/cpu/nn.cpp or the CUDA kernels in cuda/nn.cu, and each op's backward
+// right below its forward.
 #include "headroom/ops/nn.h"
 
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
 #include "headroom/autograd/node.h"
+#include "headroom/cuda/nn.h"
 #include "headroom/ops/cpu/nn.h"
 
 namespace headroom {
@@ -18,9 +24,16 @@ std::vector<Tensor> defined_only(const std::vector<Tensor>& tensors) {
 }
 
 void check_inputs(const char* op, const std::vector<Tensor>& tensors) {
-  std::vector<Tensor> present = defined_only(tensors);
-  check_cpu(op, present);
-  check_same_device(op, present);
+  check_same_device(op, defined_only(tensors));
+}
+
+// The one device branch of every kernel call: cuda_kernel(cuda::nn_kernels())
+// when `t` is on a CUDA device, else cpu_kernel(T{}) with T the C++ type of
+// t's floating dtype.  Both get the same (device) tensors.
+template <typename CudaKernel, typename CpuKernel>
+void run_kernel(const Tensor& t, CudaKernel cuda_kernel, CpuKernel cpu_kernel) {
+  if (t.device().is_cuda()) return cuda_kernel(cuda::nn_kernels());
+  dispatch_floating(t.dtype(), cpu_kernel);
 }
 
 // Swaps dimension d with the last one and makes the result contiguous: the
@@ -42,23 +55,30 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
   const int d = wrap_dim(dim, x.dim(), op);
   Tensor x_rows = swap_last_contiguous(x, d);  // [rows, n], `d` moved last
   const int64_t n = x.size(d), rows = n == 0 ? 0 : x.numel() / n;
-  Tensor y_rows = Tensor::empty(x_rows.shape(), x.dtype());
-  dispatch_floating(x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    cpu::softmax_forward(x_rows.data<T>(), y_rows.data<T>(), rows, n, log);
-  });
+  Tensor y_rows = Tensor::empty(x_rows.shape(), x.dtype(), x.device());
+  run_kernel(
+      x_rows, [&](cuda::NnKernels& k) { k.softmax_forward(x_rows, y_rows, rows, n, log); },
+      [&](auto zero) {
+        using T = decltype(zero);
+        cpu::softmax_forward(x_rows.data<T>(), y_rows.data<T>(), rows, n, log);
+      });
   Tensor out = swap_last_contiguous(y_rows, d);  // x's shape
 
   // Saved detached: out holds the node, and the node must not hold out.
   autograd::record(out, op, {x}, {out.detach()},
                    [d, rows, n, log](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor y_rows = swap_last_contiguous(s[0], d), g_rows = swap_last_contiguous(g, d);
-                     Tensor dx_rows = Tensor::empty(y_rows.shape(), y_rows.dtype());
-                     dispatch_floating(y_rows.dtype(), [&](auto zero) {
-                       using T = decltype(zero);
-                       cpu::softmax_backward(y_rows.data<T>(), g_rows.data<T>(), dx_rows.data<T>(), rows,
-                                             n, log);
-                     });
+                     Tensor dx_rows = Tensor::empty(y_rows.shape(), y_rows.dtype(), y_rows.device());
+                     run_kernel(
+                         y_rows,
+                         [&](cuda::NnKernels& k) {
+                           k.softmax_backward(y_rows, g_rows, dx_rows, rows, n, log);
+                         },
+                         [&](auto zero) {
+                           using T = decltype(zero);
+                           cpu::softmax_backward(y_rows.data<T>(), g_rows.data<T>(), dx_rows.data<T>(), rows,
+                                                 n, log);
+                         });
                      grads.add(0, swap_last_contiguous(dx_rows, d));
                    });
   return out;
@@ -95,28 +115,37 @@ Tensor normalize_last_dim(const char* op, const Tensor& x, const Tensor& weight,
   Tensor xc = x.detach().contiguous();  // [rows, d]
   Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  Tensor mean = Tensor::empty({rows}, x.dtype()), rstd = Tensor::empty({rows}, x.dtype());
-  dispatch_floating(x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    cpu::norm_forward(xc.data<T>(), data_or_null<T>(wc), data_or_null<T>(bc), out.data<T>(),
-                      mean.data<T>(), rstd.data<T>(), rows, d, eps, center);
-  });
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device()),
+         rstd = Tensor::empty({rows}, x.dtype(), x.device());
+  run_kernel(
+      xc, [&](cuda::NnKernels& k) { k.norm_forward(xc, wc, bc, out, mean, rstd, rows, d, eps, center); },
+      [&](auto zero) {
+        using T = decltype(zero);
+        cpu::norm_forward(xc.data<T>(), data_or_null<T>(wc), data_or_null<T>(bc), out.data<T>(),
+                          mean.data<T>(), rstd.data<T>(), rows, d, eps, center);
+      });
 
   autograd::record(
       out, op, {x, weight, bias}, {xc, wc, mean, rstd},
       [rows, d, center](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
         const Tensor &xc = s[0], &wc = s[1], &mean = s[2], &rstd = s[3];
         Tensor gc = g.contiguous();  // [rows, d]
-        Tensor dx = grads.wants(0) ? Tensor::empty(xc.shape(), xc.dtype()) : Tensor();
-        Tensor dweight = grads.wants(1) ? Tensor::empty({d}, xc.dtype()) : Tensor();
-        Tensor dbias = grads.wants(2) ? Tensor::empty({d}, xc.dtype()) : Tensor();
-        dispatch_floating(xc.dtype(), [&](auto zero) {
-          using T = decltype(zero);
-          cpu::norm_backward(xc.data<T>(), data_or_null<T>(wc), mean.data<T>(), rstd.data<T>(),
-                             gc.data<T>(), data_or_null<T>(dx), data_or_null<T>(dweight),
-                             data_or_null<T>(dbias), rows, d, center);
-        });
+        auto grad_if = [&](size_t i, const Shape& shape) {
+          return grads.wants(i) ? Tensor::empty(shape, xc.dtype(), xc.device()) : Tensor();
+        };
+        Tensor dx = grad_if(0, xc.shape()), dweight = grad_if(1, {d}), dbias = grad_if(2, {d});
+        run_kernel(
+            xc,
+            [&](cuda::NnKernels& k) {
+              k.norm_backward(xc, wc, mean, rstd, gc, dx, dweight, dbias, rows, d, center);
+            },
+            [&](auto zero) {
+              using T = decltype(zero);
+              cpu::norm_backward(xc.data<T>(), data_or_null<T>(wc), mean.data<T>(), rstd.data<T>(),
+                                 gc.data<T>(), data_or_null<T>(dx), data_or_null<T>(dweight),
+                                 data_or_null<T>(dbias), rows, d, center);
+            });
         if (dx.defined()) grads.add(0, dx);
         if (dweight.defined()) grads.add(1, dweight);
         if (dbias.defined()) grads.add(2, dbias);
@@ -141,11 +170,14 @@ namespace {
 // out = in with the dropout mask of draws [first, first + numel) of `seed`.
 Tensor apply_dropout(const Tensor& in, uint64_t seed, uint64_t first, double p) {
   Tensor ic = in.detach().contiguous();
-  Tensor out = Tensor::empty(in.shape(), in.dtype());
-  dispatch_floating(in.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    cpu::dropout_apply(ic.data<T>(), out.data<T>(), in.numel(), seed, first, p, T(1 / (1 - p)));
-  });
+  Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
+  const int64_t n = in.numel();
+  run_kernel(
+      ic, [&](cuda::NnKernels& k) { k.dropout_apply(ic, out, n, seed, first, p, 1 / (1 - p)); },
+      [&](auto zero) {
+        using T = decltype(zero);
+        cpu::dropout_apply(ic.data<T>(), out.data<T>(), n, seed, first, p, T(1 / (1 - p)));
+      });
   return out;
 }
 
@@ -172,6 +204,33 @@ Tensor dropout(const Tensor& x, double p, bool training) {
 
 // ---- embedding -------------------------------------------------------------------
 
+namespace {
+
+// What the CUDA backward needs to add the rows of repeated indices in index
+// order without atomics: the positions grouped by index (see cuda/nn.h).
+struct EmbeddingGradPlan {
+  Tensor order;          // i32 [count]: positions sorted by index, ascending within one index
+  Tensor segment_start;  // i32 [segments + 1]: where each index's positions start in order
+  Tensor segment_row;    // i32 [segments]: the index (row of the weight) of each segment
+};
+
+// Built on the host from indices the range check has already read there, then uploaded.
+EmbeddingGradPlan plan_embedding_grad(const int32_t* index, int64_t count, Device device) {
+  std::vector<int32_t> order(count), start, row;
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return index[a] < index[b]; });
+  for (int64_t k = 0; k < count; ++k) {
+    if (k > 0 && index[order[k]] == index[order[k - 1]]) continue;
+    start.push_back(int32_t(k));
+    row.push_back(index[order[k]]);
+  }
+  start.push_back(int32_t(count));
+  return {Tensor::from_vector(order).to(device), Tensor::from_vector(start).to(device),
+          Tensor::from_vector(row).to(device)};
+}
+
+}  // namespace
+
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_inputs("embedding", {weight, indices});
   check_floating("embedding", weight, "weight");
@@ -179,31 +238,45 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   HEADROOM_CHECK(weight.dim() == 2, "[embedding] expected weight of shape [V, D], got ",
                  shape_str(weight.shape()));
   const int64_t vocab = weight.size(0), d = weight.size(1), count = indices.numel();
+  HEADROOM_CHECK(count <= std::numeric_limits<int32_t>::max(),
+                 "[embedding] expected fewer than 2^31 indices, got ", count);
   Tensor ic = indices.contiguous();  // [count]
-  const int32_t* index = ic.data<int32_t>();
+  // The range check reads the indices on the host (for CUDA indices, a copy
+  // that waits for the device): a bad index must fail here with a message,
+  // not read out of bounds inside a kernel.
+  Tensor host_indices = ic.to(Device::cpu());
+  const int32_t* index = host_indices.data<int32_t>();
   for (int64_t i = 0; i < count; ++i)
     HEADROOM_CHECK(index[i] >= 0 && index[i] < vocab, "[embedding] index ", index[i], " at position ", i,
                    " is out of range for a weight with V = ", vocab, " rows");
   Shape out_shape = indices.shape();
   out_shape.push_back(d);
   Tensor wc = weight.detach().contiguous();  // [V, D]
-  Tensor out = Tensor::empty(out_shape, weight.dtype());
-  dispatch_floating(weight.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    cpu::embedding_forward(wc.data<T>(), index, out.data<T>(), count, d);
-  });
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
+  run_kernel(
+      wc, [&](cuda::NnKernels& k) { k.embedding_forward(wc, ic, out, count, d); },
+      [&](auto zero) {
+        using T = decltype(zero);
+        cpu::embedding_forward(wc.data<T>(), index, out.data<T>(), count, d);
+      });
 
-  autograd::record(out, "embedding", {weight}, {ic},
-                   [vocab, d, count](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-                     Tensor gc = g.contiguous();  // [count, D]
-                     Tensor dweight = Tensor::zeros({vocab, d}, g.dtype());
-                     dispatch_floating(g.dtype(), [&](auto zero) {
-                       using T = decltype(zero);
-                       cpu::embedding_backward(s[0].data<int32_t>(), gc.data<T>(), dweight.data<T>(),
-                                               count, d);
-                     });
-                     grads.add(0, dweight);
-                   });
+  EmbeddingGradPlan plan;
+  if (weight.device().is_cuda() && autograd::needs_grad({weight}))
+    plan = plan_embedding_grad(index, count, weight.device());
+  autograd::record(
+      out, "embedding", {weight}, {ic, plan.order, plan.segment_start, plan.segment_row},
+      [vocab, d, count](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+        Tensor gc = g.contiguous();  // [count, D]
+        Tensor dweight = Tensor::zeros({vocab, d}, g.dtype(), g.device());
+        run_kernel(
+            gc,
+            [&](cuda::NnKernels& k) { k.embedding_backward(s[1], s[2], s[3], gc, dweight, s[3].numel(), d); },
+            [&](auto zero) {
+              using T = decltype(zero);
+              cpu::embedding_backward(s[0].data<int32_t>(), gc.data<T>(), dweight.data<T>(), count, d);
+            });
+        grads.add(0, dweight);
+      });
   return out;
 }
 
@@ -232,6 +305,19 @@ double reduction_scale(Reduction reduction, int64_t valid) {
   return valid == 0 ? 0 : 1.0 / double(valid);
 }
 
+// scale * the sum of the row losses ([...]) as a scalar of their dtype,
+// summed in double in a fixed order (on the device for CUDA losses).
+Tensor reduce_row_losses(const Tensor& row_loss, double scale) {
+  if (row_loss.device().is_cuda()) {
+    Tensor out = Tensor::empty({}, row_loss.dtype(), row_loss.device());
+    cuda::nn_kernels().sum_scaled(row_loss, row_loss.numel(), scale, out);
+    return out;
+  }
+  double total = 0;  // in row order
+  for (double v : row_loss.to_vector<double>()) total += v;
+  return Tensor::scalar(total * scale, row_loss.dtype());
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& opts) {
@@ -249,39 +335,48 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
                  "[cross_entropy] label_smoothing must be in [0, 1], got ", opts.label_smoothing);
   const int64_t classes = logits.size(-1), rows = targets.numel();
   Tensor tc = targets.contiguous();  // [rows]
-  const int64_t valid = count_valid_targets(tc, classes, opts.ignore_index);
+  // Checked on the host (for CUDA targets, a copy that waits for the device):
+  // a bad target fails here with a message, and mean needs the valid count.
+  const int64_t valid = count_valid_targets(tc.to(Device::cpu()), classes, opts.ignore_index);
   Tensor xc = logits.detach().contiguous();  // [rows, C]
-  Tensor lse = Tensor::empty({rows}, logits.dtype());
-  Tensor row_loss = Tensor::empty(batch, logits.dtype());  // [...]
-  dispatch_floating(logits.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    cpu::cross_entropy_forward(xc.data<T>(), tc.data<int32_t>(), lse.data<T>(), row_loss.data<T>(), rows,
-                               classes, opts.ignore_index, opts.label_smoothing);
-  });
-  Tensor out = row_loss;
+  Tensor lse = Tensor::empty({rows}, logits.dtype(), logits.device());
+  Tensor row_loss = Tensor::empty(batch, logits.dtype(), logits.device());  // [...]
+  run_kernel(
+      xc,
+      [&](cuda::NnKernels& k) {
+        k.cross_entropy_forward(xc, tc, lse, row_loss, rows, classes, opts.ignore_index,
+                                opts.label_smoothing);
+      },
+      [&](auto zero) {
+        using T = decltype(zero);
+        cpu::cross_entropy_forward(xc.data<T>(), tc.data<int32_t>(), lse.data<T>(), row_loss.data<T>(), rows,
+                                   classes, opts.ignore_index, opts.label_smoothing);
+      });
   const double scale = reduction_scale(opts.reduction, valid);
-  if (opts.reduction != Reduction::none) {
-    double total = 0;  // in row order, in double: deterministic and accurate
-    for (double v : row_loss.to_vector<double>()) total += v;
-    out = Tensor::scalar(total * scale, logits.dtype());
-  }
+  Tensor out = opts.reduction == Reduction::none ? row_loss : reduce_row_losses(row_loss, scale);
 
-  autograd::record(out, "cross_entropy", {logits}, {xc, tc, lse},
-                   [opts, rows, classes, scale](const autograd::Saved& s, const Tensor& g,
-                                                autograd::Grads& grads) {
-                     // row_grad: [rows], dL/d(row loss): g itself for none, else g * scale.
-                     Tensor row_grad = opts.reduction == Reduction::none
-                                           ? g.contiguous()
-                                           : Tensor::full({rows}, g.item() * scale, g.dtype());
-                     Tensor dlogits = Tensor::empty(s[0].shape(), s[0].dtype());
-                     dispatch_floating(dlogits.dtype(), [&](auto zero) {
-                       using T = decltype(zero);
-                       cpu::cross_entropy_backward(s[0].data<T>(), s[1].data<int32_t>(), s[2].data<T>(),
-                                                   row_grad.data<T>(), dlogits.data<T>(), rows, classes,
-                                                   opts.ignore_index, opts.label_smoothing);
-                     });
-                     grads.add(0, dlogits);
-                   });
+  autograd::record(
+      out, "cross_entropy", {logits}, {xc, tc, lse},
+      [opts, rows, classes, scale](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+        // dL/d(row loss): g itself for none ([rows]), else g (a scalar) * scale.
+        const bool per_row = opts.reduction == Reduction::none;
+        Tensor gc = g.contiguous();
+        Tensor dlogits = Tensor::empty(s[0].shape(), s[0].dtype(), s[0].device());
+        run_kernel(
+            dlogits,
+            [&](cuda::NnKernels& k) {  // reads the scalar g on the device: no host sync
+              k.cross_entropy_backward(s[0], s[1], s[2], gc, per_row ? 1 : scale, dlogits, rows, classes,
+                                       opts.ignore_index, opts.label_smoothing);
+            },
+            [&](auto zero) {
+              using T = decltype(zero);
+              Tensor row_grad = per_row ? gc : Tensor::full({rows}, g.item() * scale, g.dtype());
+              cpu::cross_entropy_backward(s[0].data<T>(), s[1].data<int32_t>(), s[2].data<T>(),
+                                          row_grad.data<T>(), dlogits.data<T>(), rows, classes,
+                                          opts.ignore_index, opts.label_smoothing);
+            });
+        grads.add(0, dlogits);
+      });
   return out;
 }
 

@@ -1,9 +1,10 @@
 // Reductions: each op arranges its input as a contiguous [outer, n, inner]
-// block (ReduceLayout) and runs one CPU kernel; backward broadcasts the
+// block (ReduceLayout) and runs one CPU or CUDA kernel; backward broadcasts the
 // gradient back over the reduced dimensions with reshape + expand.
 #include "headroom/ops/reduce.h"
 
 #include "headroom/autograd/node.h"
+#include "headroom/cuda/reduce.h"
 #include "headroom/ops/cpu/reduce.h"
 #include "headroom/ops/elementwise.h"
 
@@ -57,7 +58,6 @@ struct ReduceLayout {
 
 ReduceLayout layout_reduction(const char* op, const Tensor& x, const std::vector<int64_t>& dims,
                               bool keepdim) {
-  check_cpu(op, {x});
   check_floating(op, x);
   const std::vector<bool> reduced = reduced_dims(op, x, dims);
   ReduceLayout r;
@@ -90,7 +90,8 @@ ReduceLayout layout_reduction(const char* op, const Tensor& x, const std::vector
 // Runs a value reduction: out has the layout's output shape.
 Tensor reduce_values(cpu::ReduceOp op, const Tensor& x, const ReduceLayout& r) {
   Tensor out = Tensor::empty(r.out_shape, x.dtype(), x.device());
-  cpu::reduce(op, r.arrange(x), r.dims, out);
+  if (x.device().is_cuda()) cuda::reduce_kernels().reduce(op, r.arrange(x), r.dims, out);
+  else cpu::reduce(op, r.arrange(x), r.dims, out);
   return out;
 }
 
@@ -101,7 +102,8 @@ Tensor reduce_arg(const char* op, cpu::Extreme which, const Tensor& x, const Red
   HEADROOM_CHECK(r.dims.n > 0, "[", op, "] cannot reduce over an empty dimension (input shape ",
                  shape_str(x.shape()), ")");
   Tensor indices = Tensor::empty(r.out_shape, DType::i32, x.device());
-  cpu::reduce_arg(which, r.arrange(x), r.dims, values, indices);
+  if (x.device().is_cuda()) cuda::reduce_kernels().reduce_arg(which, r.arrange(x), r.dims, values, indices);
+  else cpu::reduce_arg(which, r.arrange(x), r.dims, values, indices);
   return indices;
 }
 
@@ -114,7 +116,9 @@ Tensor extreme(const char* op, cpu::Extreme which, const Tensor& x, const std::v
   autograd::record(values, op, {x}, {indices},
                    [r](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor grad = Tensor::empty({r.dims.outer, r.dims.n, r.dims.inner}, g.dtype(), g.device());
-                     cpu::scatter_to_indices(g.contiguous(), s[0], r.dims, grad);
+                     Tensor gc = g.contiguous();
+                     if (g.device().is_cuda()) cuda::reduce_kernels().scatter_to_indices(gc, s[0], r.dims, grad);
+                     else cpu::scatter_to_indices(gc, s[0], r.dims, grad);
                      grads.add(0, r.unarrange(grad));
                    });
   return values;
@@ -154,7 +158,6 @@ Tensor min(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 // Composed from mean, sub, mul and sum (two passes, numerically sound); its
 // gradient 2 (x - mean) / (n - correction) comes from theirs.
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
-  check_cpu("var", {x});
   check_floating("var", x);
   const std::vector<bool> reduced = reduced_dims("var", x, dims);
   int64_t n = 1;

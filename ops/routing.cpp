@@ -2,23 +2,43 @@
 // segment), top-k, index_select, and the gather / grouped-matmul / weighted
 // scatter ops that move rows through a plan.  Each op's backward sits below
 // its forward; gather and scatter are each other's transposes and share their
-// kernels, so no kernel exists twice.
+// kernels, so no kernel exists twice.  Tensors on a CUDA device go to the
+// kernels of cuda/routing.h, which mirror the CPU ones; each op keeps the
+// device branch in one helper.
 #include "headroom/ops/routing.h"
 
 #include <utility>
 #include <vector>
 
 #include "headroom/autograd/node.h"
+#include "headroom/cuda/routing.h"
 #include "headroom/ops/cpu/routing.h"
 
 namespace headroom {
 
-int64_t RoutePlan::token_of_row(int64_t r) const { return order.data<int32_t>()[r] / k; }
-int64_t RoutePlan::segment_of_row(int64_t r) const { return segment.data<int32_t>()[r]; }
+namespace {
+
+bool on_cuda(const Tensor& t) { return t.device().is_cuda(); }
+
+// The plan's host helpers read its arrays directly.
+void check_host_plan(const Tensor& t, const char* helper) {
+  HEADROOM_CHECK(t.device().is_cpu(), "[RoutePlan] ", helper, " reads the plan on the host, but it lives on ",
+                 t.device(), "; copy its tensors to the CPU first");
+}
+
+}  // namespace
+
+int64_t RoutePlan::token_of_row(int64_t r) const {
+  check_host_plan(order, "token_of_row");
+  return order.data<int32_t>()[r] / k;
+}
+int64_t RoutePlan::segment_of_row(int64_t r) const {
+  check_host_plan(segment, "segment_of_row");
+  return segment.data<int32_t>()[r];
+}
 
 RoutePlan route(const Tensor& indices, int64_t num_segments) {
   check_dtype("route", indices, DType::i32, "indices");
-  check_cpu("route", {indices});
   HEADROOM_CHECK(indices.dim() == 2, "[route] expected indices of shape [N, k], got ",
                  shape_str(indices.shape()));
   HEADROOM_CHECK(num_segments >= 1, "[route] number of segments must be >= 1, got ", num_segments);
@@ -27,6 +47,25 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
   plan.k = indices.size(1);
   plan.num_segments = num_segments;
   const int64_t pairs = plan.rows();
+  if (on_cuda(indices)) {
+    // Built on the device with no host synchronisation.  The range check runs
+    // there too and reports a bad index at a later call (cuda/routing.cu says
+    // why); until then bad indices count as segment 0, so nothing reads out
+    // of bounds.  No consumer needs the counts on the host: the grouped GEMMs
+    // find their segments on the device.
+    const Device device = indices.device();
+    Tensor chosen = Tensor::empty({pairs}, DType::i32, device);  // pair p -> segment
+    cuda::routing_kernels().check_indices(indices.contiguous().reshape({pairs}), num_segments,
+                                          cuda::IndexUse::route_segment, plan.k, chosen);
+    plan.offsets = Tensor::empty({num_segments + 1}, DType::i32, device);
+    plan.order = Tensor::empty({pairs}, DType::i32, device);
+    plan.position = Tensor::empty({pairs}, DType::i32, device);
+    plan.segment = Tensor::empty({pairs}, DType::i32, device);
+    plan.counts = Tensor::empty({num_segments}, DType::i32, device);
+    cuda::routing_kernels().route(chosen, num_segments, plan.offsets, plan.order, plan.position, plan.segment,
+                                  plan.counts);
+    return plan;
+  }
   std::vector<int32_t> chosen = indices.to_vector<int32_t>();  // pair p -> segment
 
   // 1. histogram   2. exclusive prefix sum   3. stable scatter in pair order.
@@ -56,17 +95,19 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
 
 namespace {
 
-// A plan's tensors must be the i32 CPU arrays route() makes, sized by its counts.
-void check_plan(const char* op, const RoutePlan& plan) {
+// A plan's tensors must be the i32 arrays route() makes, sized by its counts,
+// on the inputs' device.
+void check_plan(const char* op, const RoutePlan& plan, Device device) {
   const std::vector<std::pair<const Tensor*, int64_t>> expected = {
       {&plan.offsets, plan.num_segments + 1}, {&plan.order, plan.rows()},
       {&plan.position, plan.rows()},          {&plan.segment, plan.rows()},
       {&plan.counts, plan.num_segments}};
   for (const auto& [t, numel] : expected) {
-    HEADROOM_CHECK(t->defined() && t->dtype() == DType::i32 && t->device().is_cpu() && t->is_contiguous() &&
-                       t->numel() == numel,
+    HEADROOM_CHECK(t->defined() && t->dtype() == DType::i32 && t->is_contiguous() && t->numel() == numel,
                    "[", op, "] the route plan (", plan.num_tokens, " tokens, k=", plan.k, ", ",
                    plan.num_segments, " segments) is not one route() built for these sizes");
+    HEADROOM_CHECK(t->device() == device, "[", op, "] the route plan is on ", t->device(), " but the inputs are on ",
+                   device);
   }
 }
 
@@ -79,16 +120,51 @@ void check_gates(const char* op, const Tensor& gates, const Tensor& y, const Rou
                  " tokens with k=", plan.k, ", expected (", plan.num_tokens, ",", plan.k, ")");
 }
 
+// ---- the kernels on either device: one branch each ------------------------------------
+
+// For o < outer: out[o, r] = scale[pair[r]] * src[o, pair[r] / group] (scale undefined = 1).
+// src: [outer, S, width]  pair: [R]  out: [outer, R, width]; f32, f64 or i32.
+void run_gather_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor& pair, int64_t group,
+                     const Tensor& scale, const Tensor& out) {
+  if (out.numel() == 0) return;
+  if (on_cuda(src)) return cuda::routing_kernels().gather_rows(src, outer, width, pair, group, scale, out);
+  const int64_t src_rows = src.numel() / (outer * width), rows = pair.numel();
+  auto gather = [&](auto zero) {
+    using T = decltype(zero);
+    for (int64_t o = 0; o < outer; ++o)
+      cpu::gather_rows<T>(src.data<T>() + o * src_rows * width, width, pair.data<int32_t>(), group,
+                          data_or_null<T>(scale), rows, out.data<T>() + o * rows * width);
+  };
+  if (src.dtype() == DType::i32) gather(int32_t{});
+  else dispatch_floating(src.dtype(), gather);
+}
+
+// For o < outer: out[o, d] = Σ over q in [starts[d], starts[d+1]), ascending, of
+// weight[q] * src[o, row[q]] (weight undefined = 1; starts undefined = `group`
+// entries per destination).   src: [outer, S, width]  out: [outer, dests, width]
+void run_sum_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor& starts, int64_t group,
+                  const Tensor& row, const Tensor& weight, int64_t dests, const Tensor& out) {
+  if (out.numel() == 0) return;
+  if (on_cuda(src))
+    return cuda::routing_kernels().sum_rows(src, outer, width, starts, group, row, weight, dests, out);
+  std::vector<int32_t> uniform;
+  if (!starts.defined())
+    for (int64_t d = 0; d <= dests; ++d) uniform.push_back(int32_t(d * group));
+  const int32_t* first = starts.defined() ? starts.data<int32_t>() : uniform.data();
+  const int64_t src_rows = src.numel() / (outer * width);
+  dispatch_floating(src.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (int64_t o = 0; o < outer; ++o)
+      cpu::sum_rows<T>(src.data<T>() + o * src_rows * width, width, first, row.data<int32_t>(),
+                       data_or_null<T>(weight), dests, out.data<T>() + o * dests * width);
+  });
+}
+
 // [N*k, D]: row r = gates[pair] * x[pair / k] with pair = order[r] (gates
 // undefined = 1).  x: [N, D]  gates: [N, k]  order: [N*k]
 Tensor gather_slots(const Tensor& x, const Tensor& gates, const Tensor& order, int64_t k) {
-  Tensor src = x.contiguous(), scale = gates.defined() ? gates.contiguous() : gates;
-  Tensor out = Tensor::empty({order.numel(), x.size(1)}, x.dtype());
-  dispatch_floating(x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    cpu::gather_rows<T>(src.data<T>(), x.size(1), order.data<int32_t>(), k, data_or_null<T>(scale),
-                        order.numel(), out.data<T>());
-  });
+  Tensor out = Tensor::empty({order.numel(), x.size(1)}, x.dtype(), x.device());
+  run_gather_rows(x.contiguous(), 1, x.size(1), order, k, gates.defined() ? gates.contiguous() : gates, out);
   return out;
 }
 
@@ -96,22 +172,20 @@ Tensor gather_slots(const Tensor& x, const Tensor& gates, const Tensor& order, i
 // undefined = 1).  The transpose of gather_slots.  y: [N*k, D]  position: [N*k]
 Tensor combine_slots(const Tensor& y, const Tensor& gates, const Tensor& position, int64_t tokens,
                      int64_t k) {
-  Tensor src = y.contiguous(), weight = gates.defined() ? gates.contiguous() : gates;
-  std::vector<int32_t> starts(tokens + 1);  // token t's slots are pairs [t*k, t*k + k)
-  for (int64_t t = 0; t <= tokens; ++t) starts[t] = int32_t(t * k);
-  Tensor out = Tensor::empty({tokens, y.size(1)}, y.dtype());
-  dispatch_floating(y.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    cpu::sum_rows<T>(src.data<T>(), y.size(1), starts.data(), position.data<int32_t>(),
-                     data_or_null<T>(weight), tokens, out.data<T>());
-  });
+  Tensor out = Tensor::empty({tokens, y.size(1)}, y.dtype(), y.device());
+  run_sum_rows(y.contiguous(), 1, y.size(1), Tensor(), k, position, gates.defined() ? gates.contiguous() : gates,
+               tokens, out);
   return out;
 }
 
 // [N, k]: dots[t, j] = <y[position[t*k + j]], dout[t]>, the gates' gradient.
 Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, int64_t tokens, int64_t k) {
   Tensor a = y.contiguous(), b = dout.contiguous();
-  Tensor out = Tensor::empty({tokens, k}, y.dtype());
+  Tensor out = Tensor::empty({tokens, k}, y.dtype(), y.device());
+  if (on_cuda(a)) {
+    cuda::routing_kernels().row_dots(a, position, b, k, y.size(1), out);
+    return out;
+  }
   dispatch_floating(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     cpu::row_dots<T>(a.data<T>(), position.data<int32_t>(), b.data<T>(), k, y.size(1), position.numel(),
@@ -122,13 +196,7 @@ Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, in
 
 // An operand of the grouped GEMMs: rows [R, width] in grouped order, or (with
 // order) token rows [N, width] read through a plan's order, k slots per token.
-struct Rows {
-  Rows(Tensor rows, Tensor gather_order = Tensor(), int64_t slots = 1)
-      : data(std::move(rows)), order(std::move(gather_order)), k(slots) {}
-  Tensor data;
-  Tensor order;
-  int64_t k;
-};
+using Rows = cuda::GroupedOperand;
 
 template <typename T>
 cpu::GroupedRows<T> grouped_rows(const Rows& x) {
@@ -141,10 +209,14 @@ Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64
   const int64_t in = w.size(1), out_features = w.size(2);
   const Shape out_shape = {rows, transpose_w ? in : out_features};
   // BLAS rejects zero leading dimensions; an empty product is all zeros.
-  if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, w.dtype());
-  Tensor out = Tensor::empty(out_shape, w.dtype());  // the segments cover every row
+  if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, w.dtype(), w.device());
+  Tensor out = Tensor::empty(out_shape, w.dtype(), w.device());  // the segments cover every row
   Rows a{x.data.contiguous(), x.order, x.k};
   Tensor b = w.contiguous();
+  if (on_cuda(b)) {
+    cuda::routing_kernels().segment_matmul(a, b, offsets, transpose_w, out);
+    return out;
+  }
   dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
     cpu::segment_matmul<T>(grouped_rows<T>(a), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features,
@@ -155,13 +227,18 @@ Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64
 
 // Its transpose over tokens: y: [R, in] -> out[t] = Σ of y[r] · w[seg r] over
 // the rows r of token t (transpose_w: y: [R, out], w[e]ᵀ) -> [tokens, out or in].
-Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offsets, const Tensor& order, int64_t k,
-                            int64_t tokens, bool transpose_w) {
+// The CPU walks the rows through order, CUDA through position (a token's k rows).
+Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offsets, const Tensor& order,
+                            const Tensor& position, int64_t k, int64_t tokens, bool transpose_w) {
   const int64_t in = w.size(1), out_features = w.size(2);
   const Shape out_shape = {tokens, transpose_w ? in : out_features};
-  if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, w.dtype());
-  Tensor out = Tensor::empty(out_shape, w.dtype());  // every token row is written
+  if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, w.dtype(), w.device());
+  Tensor out = Tensor::empty(out_shape, w.dtype(), w.device());  // every token row is written
   Tensor a = y.contiguous(), b = w.contiguous();
+  if (on_cuda(b)) {
+    cuda::routing_kernels().segment_matmul_scatter(a, position, k, offsets, b, transpose_w, out);
+    return out;
+  }
   dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
     cpu::segment_matmul_scatter<T>(a.data<T>(), order.data<int32_t>(), k, offsets.data<int32_t>(), w.size(0),
@@ -172,9 +249,14 @@ Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offs
 
 // dw[e] = x[seg e]ᵀ · dy[seg e]: [E, in, out], zero for empty segments.
 Tensor segment_gemm_weight_grad(const Rows& x, const Rows& dy, const Tensor& offsets, const Shape& w_shape) {
-  if (shape_numel(w_shape) == 0) return Tensor::zeros(w_shape, dy.data.dtype());
-  Tensor dw = Tensor::empty(w_shape, dy.data.dtype());  // the kernel zeroes slices no row uses
+  const Device device = dy.data.device();
+  if (shape_numel(w_shape) == 0) return Tensor::zeros(w_shape, dy.data.dtype(), device);
+  Tensor dw = Tensor::empty(w_shape, dy.data.dtype(), device);  // the kernel zeroes slices no row uses
   Rows a{x.data.contiguous(), x.order, x.k}, b{dy.data.contiguous(), dy.order, dy.k};
+  if (on_cuda(dw)) {
+    cuda::routing_kernels().segment_matmul_weight_grad(a, b, offsets, dw);
+    return dw;
+  }
   dispatch_floating(dw.dtype(), [&](auto zero) {
     using T = decltype(zero);
     cpu::segment_matmul_weight_grad<T>(grouped_rows<T>(a), grouped_rows<T>(b), offsets.data<int32_t>(), w_shape[0],
@@ -187,10 +269,10 @@ Tensor segment_gemm_weight_grad(const Rows& x, const Rows& dy, const Tensor& off
 // x's dtype with E = plan.num_segments.
 void check_segment_weight(const char* op, const Tensor& x, const char* x_name, const Tensor& weight,
                           const RoutePlan& plan) {
-  check_cpu(op, {x, weight});
+  check_same_device(op, {x, weight});
   check_floating(op, x, x_name);
   check_dtype(op, weight, x.dtype(), "weight");
-  check_plan(op, plan);
+  check_plan(op, plan, x.device());
   HEADROOM_CHECK(weight.dim() == 3, "[", op, "] expected weights of shape [E, in, out], got ",
                  shape_str(weight.shape()));
   HEADROOM_CHECK(weight.size(0) == plan.num_segments, "[", op, "] the plan has ", plan.num_segments,
@@ -210,7 +292,6 @@ void check_rows(const char* op, const Tensor& x, const char* x_name, int64_t row
 // ---- topk --------------------------------------------------------------------
 
 TopK topk(const Tensor& x, int64_t k) {
-  check_cpu("topk", {x});
   check_floating("topk", x);
   HEADROOM_CHECK(x.dim() >= 1, "[topk] expected at least one dimension, got a scalar");
   const int64_t n = x.size(-1);
@@ -221,24 +302,32 @@ TopK topk(const Tensor& x, int64_t k) {
   Shape out_shape = x.shape();
   out_shape.back() = k;
   Tensor src = x.contiguous();
-  TopK result{Tensor::empty(out_shape, x.dtype()), Tensor::empty(out_shape, DType::i32)};
-  const int32_t* index = result.indices.data<int32_t>();
-  dispatch_floating(x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    cpu::topk_indices<T>(src.data<T>(), rows, n, k, result.indices.data<int32_t>());
-    cpu::take_along_rows<T>(src.data<T>(), index, rows, n, k, result.values.data<T>());
-  });
+  TopK result{Tensor::empty(out_shape, x.dtype(), x.device()), Tensor::empty(out_shape, DType::i32, x.device())};
+  if (on_cuda(src)) {
+    cuda::routing_kernels().topk_indices(src, rows, n, k, result.indices);
+    cuda::routing_kernels().take_along_rows(src, result.indices, rows, n, k, result.values);
+  } else {
+    const int32_t* index = result.indices.data<int32_t>();
+    dispatch_floating(x.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      cpu::topk_indices<T>(src.data<T>(), rows, n, k, result.indices.data<int32_t>());
+      cpu::take_along_rows<T>(src.data<T>(), index, rows, n, k, result.values.data<T>());
+    });
+  }
 
   const Shape in_shape = x.shape();
   autograd::record(result.values, "topk", {x}, {result.indices},
                    [in_shape, rows, n, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      // g: [rows, k]  ->  dx: [rows, n], zero where nothing was selected
-                     Tensor dx = Tensor::zeros(in_shape, g.dtype()), dvalues = g.contiguous();
-                     dispatch_floating(g.dtype(), [&](auto zero) {
-                       using T = decltype(zero);
-                       cpu::put_along_rows<T>(dvalues.data<T>(), s[0].data<int32_t>(), rows, n, k,
-                                              dx.data<T>());
-                     });
+                     Tensor dx = Tensor::zeros(in_shape, g.dtype(), g.device()), dvalues = g.contiguous();
+                     if (on_cuda(dx)) {
+                       cuda::routing_kernels().put_along_rows(dvalues, s[0], rows, n, k, dx);
+                     } else {
+                       dispatch_floating(g.dtype(), [&](auto zero) {
+                         using T = decltype(zero);
+                         cpu::put_along_rows<T>(dvalues.data<T>(), s[0].data<int32_t>(), rows, n, k, dx.data<T>());
+                       });
+                     }
                      grads.add(0, dx);
                    });
   return result;
@@ -247,7 +336,7 @@ TopK topk(const Tensor& x, int64_t k) {
 // ---- index_select --------------------------------------------------------------
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
-  check_cpu("index_select", {x, indices});
+  check_same_device("index_select", {x, indices});
   check_dtype("index_select", indices, DType::i32, "indices");
   HEADROOM_CHECK(x.dtype() != DType::b8, "[index_select] expected x of dtype f32, f64 or i32, got b8");
   HEADROOM_CHECK(indices.dim() <= 1, "[index_select] expected 0-d or 1-d indices, got shape ",
@@ -258,23 +347,24 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < d; ++i) outer *= x.size(i);
   for (int i = d + 1; i < x.dim(); ++i) inner *= x.size(i);
-  Tensor index = indices.contiguous();
-  const int32_t* idx = index.data<int32_t>();
-  for (int64_t i = 0; i < count; ++i)
-    HEADROOM_CHECK(idx[i] >= 0 && idx[i] < size, "[index_select] index ", idx[i], " at position ", i,
-                   " is out of range for dimension ", d, " of size ", size, " in shape ",
-                   shape_str(x.shape()));
+  Tensor index = indices.contiguous().reshape({count});
+  if (on_cuda(index)) {
+    // Checked on the device; a bad index reads row 0 and is reported by a
+    // later call (cuda/routing.cu says why).
+    Tensor safe = Tensor::empty({count}, DType::i32, index.device());
+    cuda::routing_kernels().check_indices(index, size, cuda::IndexUse::select_row, 1, safe);
+    index = safe;
+  } else {
+    const int32_t* idx = index.data<int32_t>();
+    for (int64_t i = 0; i < count; ++i)
+      HEADROOM_CHECK(idx[i] >= 0 && idx[i] < size, "[index_select] index ", idx[i], " at position ", i,
+                     " is out of range for dimension ", d, " of size ", size, " in shape ",
+                     shape_str(x.shape()));
+  }
   Shape out_shape = x.shape();
   out_shape[d] = count;
-  Tensor src = x.contiguous(), out = Tensor::empty(out_shape, x.dtype());
-  auto gather = [&](auto zero) {
-    using T = decltype(zero);
-    for (int64_t o = 0; o < outer; ++o)
-      cpu::gather_rows<T>(src.data<T>() + o * size * inner, inner, idx, 1, nullptr, count,
-                          out.data<T>() + o * count * inner);
-  };
-  if (x.dtype() == DType::i32) gather(int32_t{});
-  else dispatch_floating(x.dtype(), gather);
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  run_gather_rows(x.contiguous(), outer, inner, index, 1, Tensor(), out);
 
   const Shape in_shape = x.shape();
   autograd::record(
@@ -282,16 +372,12 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
       [in_shape, outer, size, inner](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
         // g: [outer, count, inner]  ->  dx: [outer, size, inner]; a route plan
         // over the indices lists, per destination, the rows that chose it in order.
-        Tensor dx = Tensor::zeros(in_shape, g.dtype()), dout = g.contiguous();
         const int64_t count = s[0].numel();
-        if (dx.numel() == 0 || count == 0) return grads.add(0, dx);
+        if (shape_numel(in_shape) == 0 || count == 0)
+          return grads.add(0, Tensor::zeros(in_shape, g.dtype(), g.device()));
+        Tensor dx = Tensor::empty(in_shape, g.dtype(), g.device());  // every destination row is written
         RoutePlan plan = route(s[0].reshape({count, 1}), size);
-        dispatch_floating(g.dtype(), [&](auto zero) {
-          using T = decltype(zero);
-          for (int64_t o = 0; o < outer; ++o)
-            cpu::sum_rows<T>(dout.data<T>() + o * count * inner, inner, plan.offsets.data<int32_t>(),
-                             plan.order.data<int32_t>(), nullptr, size, dx.data<T>() + o * size * inner);
-        });
+        run_sum_rows(g.contiguous(), outer, inner, plan.offsets, 1, plan.order, Tensor(), size, dx);
         grads.add(0, dx);
       });
   return out;
@@ -300,9 +386,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
 // ---- gather_rows / scatter_add_rows --------------------------------------------
 
 Tensor gather_rows(const Tensor& x, const RoutePlan& plan) {
-  check_cpu("gather_rows", {x});
   check_floating("gather_rows", x);
-  check_plan("gather_rows", plan);
+  check_plan("gather_rows", plan, x.device());
   HEADROOM_CHECK(x.dim() == 2 && x.size(0) == plan.num_tokens, "[gather_rows] expected x of shape [",
                  plan.num_tokens, ", D] for a plan of ", plan.num_tokens, " tokens, got ",
                  shape_str(x.shape()));
@@ -317,13 +402,12 @@ Tensor gather_rows(const Tensor& x, const RoutePlan& plan) {
 }
 
 Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const RoutePlan& plan) {
-  check_cpu("scatter_add_rows", {y_grouped});
   check_floating("scatter_add_rows", y_grouped, "y_grouped");
-  check_plan("scatter_add_rows", plan);
+  check_plan("scatter_add_rows", plan, y_grouped.device());
   HEADROOM_CHECK(y_grouped.dim() == 2 && y_grouped.size(0) == plan.rows(),
                  "[scatter_add_rows] expected y_grouped of shape [", plan.rows(), ", D] for a plan of ",
                  plan.num_tokens, " tokens with k=", plan.k, ", got ", shape_str(y_grouped.shape()));
-  if (gates.defined()) check_cpu("scatter_add_rows", {gates});
+  if (gates.defined()) check_same_device("scatter_add_rows", {y_grouped, gates});
   check_gates("scatter_add_rows", gates, y_grouped, plan);
   // y_grouped: [N*k, D], gates: [N, k]  ->  out: [N, D]
   const int64_t tokens = plan.num_tokens, k = plan.k;
@@ -365,11 +449,13 @@ Tensor gather_segment_matmul(const Tensor& x, const Tensor& weight, const RouteP
   // x: [N, in], w: [E, in, out]  ->  y: [N*k, out]
   const int64_t rows = plan.rows(), tokens = plan.num_tokens, k = plan.k;
   Tensor y = segment_gemm({x, plan.order, k}, weight, plan.offsets, rows, /*transpose_w=*/false);
-  autograd::record(y, op, {x, weight}, {x, weight, plan.offsets, plan.order},
+  autograd::record(y, op, {x, weight}, {x, weight, plan.offsets, plan.order, plan.position},
                    [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-                     const Tensor &x = s[0], &w = s[1], &offsets = s[2], &order = s[3];  // g: [N*k, out]
+                     const Tensor &x = s[0], &w = s[1], &offsets = s[2], &order = s[3], &position = s[4];
+                     // g: [N*k, out]
                      if (grads.wants(0))
-                       grads.add(0, segment_gemm_scatter(g, w, offsets, order, k, tokens, /*transpose_w=*/true));
+                       grads.add(0, segment_gemm_scatter(g, w, offsets, order, position, k, tokens,
+                                                         /*transpose_w=*/true));
                      if (grads.wants(1))
                        grads.add(1, segment_gemm_weight_grad({x, order, k}, {g}, offsets, w.shape()));
                    });
@@ -382,7 +468,8 @@ Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, con
   check_rows(op, y_grouped, "y_grouped", plan.rows(), weight.size(1), "grouped rows", weight);
   // y: [N*k, in], w: [E, in, out]  ->  out: [N, out]
   const int64_t rows = plan.rows(), tokens = plan.num_tokens, k = plan.k;
-  Tensor out = segment_gemm_scatter(y_grouped, weight, plan.offsets, plan.order, k, tokens, /*transpose_w=*/false);
+  Tensor out = segment_gemm_scatter(y_grouped, weight, plan.offsets, plan.order, plan.position, k, tokens,
+                                    /*transpose_w=*/false);
   autograd::record(out, op, {y_grouped, weight}, {y_grouped, weight, plan.offsets, plan.order},
                    [rows, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      const Tensor &y = s[0], &w = s[1], &offsets = s[2], &order = s[3];  // g: [N, out]

@@ -8,6 +8,7 @@
 #include "headroom/autograd/grad_mode.h"
 #include "headroom/autograd/node.h"
 #include "headroom/core/backend.h"
+#include "headroom/ops/reduce.h"
 
 namespace headroom {
 
@@ -263,33 +264,21 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_) {
   return cat(expanded, d);
 }
 
-namespace {
-template <typename T>
-void sum_into(const Tensor& grad, const Strides& out_strides, const Tensor& out) {
-  const T* g = static_cast<const T*>(grad.impl_shared()->storage->data);
-  T* o = out.data<T>();
-  for_each_offset2(grad.shape(), grad.strides(), grad.offset(), out_strides, 0,
-                   [&](int64_t g_off, int64_t o_off) { o[o_off] += g[g_off]; });
-}
-}  // namespace
-
+// The summed dimensions (the leading ones grad has beyond shape, and those
+// where shape has 1 and grad more) are reduced by sum with keepdim, which
+// runs on the gradient's device in a fixed order (deterministic on CUDA too);
+// the reshape then drops the leading ones.
 Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
   check_floating("sum_to_shape", grad);
-  check_cpu("sum_to_shape", {grad});
   Shape broadcast = broadcast_shapes(shape, grad.shape(), "sum_to_shape");
   HEADROOM_CHECK(broadcast == grad.shape(), "[sum_to_shape] shape ", shape_str(shape),
                  " does not broadcast to the gradient's shape ", shape_str(grad.shape()));
-  Tensor out = Tensor::zeros(shape, grad.dtype());
-  // out's strides seen from grad's shape: 0 on summed dimensions.
-  Strides contiguous = contiguous_strides(shape);
-  Strides strides(grad.dim(), 0);
-  const size_t lead = grad.dim() - shape.size();
-  for (size_t i = 0; i < shape.size(); ++i)
-    strides[lead + i] = shape[i] == 1 ? 0 : contiguous[i];
-  if (grad.dtype() == DType::f32) sum_into<float>(grad, strides, out);
-  else sum_into<double>(grad, strides, out);
-  return out;
+  const int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> summed;
+  for (int64_t d = 0; d < grad.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && grad.size(d) != 1)) summed.push_back(d);
+  return sum(grad.detach(), summed, /*keepdim=*/true).reshape(shape);
 }
 
 }  // namespace headroom

@@ -96,3 +96,28 @@ TEST_CASE("run_vit trains on a folder of class subfolders and reports accuracy a
   for (const char* file : {"confusion.csv", "confusion.png", "routing_by_class.csv", "load_by_class.png", "loss.png"})
     CHECK_MESSAGE(exists(dir.file(std::string("run/") + file)), file);
 }
+
+TEST_CASE("compare's method presets stay within 2% of MHA's parameters at the binaries' defaults") {
+  // The decoder-only LM (8 heads) and the encoder-decoder MT model (4 heads),
+  // each at its binary's default size.
+  auto parameters = [](const ModelOptions& m, bool encoder_decoder) {
+    ModelConfig config = m.config();
+    config.vocab = 256;
+    Generator gen(1);
+    if (encoder_decoder) return EncoderDecoder(config, gen).num_parameters();
+    return DecoderLM(config, gen).num_parameters();
+  };
+  for (bool encoder_decoder : {false, true}) {
+    ModelOptions defaults;
+    TrainOptions train;
+    if (encoder_decoder) set_mt_defaults(defaults, train);
+    else set_lm_defaults(defaults, train);
+    const double mha = double(parameters(method_preset("mha", defaults), encoder_decoder));
+    for (const char* method : {"moa", "moh75", "moh50", "mae"}) {
+      const double ratio = double(parameters(method_preset(method, defaults), encoder_decoder)) / mha;
+      INFO(method, (encoder_decoder ? " encoder-decoder: " : " decoder-only: "), ratio);
+      CHECK(std::abs(ratio - 1) < 0.02);
+    }
+  }
+  CHECK_THROWS_AS(method_preset("dense", ModelOptions{}), UsageError);
+}

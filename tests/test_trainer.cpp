@@ -48,16 +48,7 @@ class CountingTask : public TrainTask {
   int64_t interrupt_at = -1, nan_at = -1;
 
  private:
-  // Two rows counting mod 8 from a start drawn from (seed, step).
-  Tensor batch(int64_t step) const {
-    Generator data(seed_ + 1000003 * uint64_t(step + 1));
-    std::vector<int32_t> ids;
-    for (int row = 0; row < 2; ++row) {
-      int64_t start = data.next_int(8);
-      for (int t = 0; t < 7; ++t) ids.push_back(int32_t((start + t) % 8));
-    }
-    return testing::token_rows(ids, 2);
-  }
+  Tensor batch(int64_t step) const { return testing::counting_rows(seed_, step); }
   Generator gen_;
   uint64_t seed_;
   ModelConfig config_;
@@ -134,7 +125,7 @@ TEST_CASE("train: a NaN loss stops with the step named and keeps the last good c
   CHECK(std::isfinite(result.eval[0].second));
 }
 
-TEST_CASE("train: refuses another model config, a missing checkpoint, an unavailable device, a long warm-up") {
+TEST_CASE("train: refuses another model config, a missing checkpoint, a long warm-up") {
   TempDir dir("trainer_config");
   CountingTask task("mha");
   train(task, small_run(dir.file("run")));
@@ -149,12 +140,26 @@ TEST_CASE("train: refuses another model config, a missing checkpoint, an unavail
   TrainOptions no_dir = small_run("");
   no_dir.resume = true;
   CHECK_THROWS_HEADROOM(train(task, no_dir), "--resume and --eval-only need --ckpt DIR");
-  TrainOptions cuda = small_run("");
-  cuda.device = "cuda";
-  CHECK_THROWS_HEADROOM(train(task, cuda), "--device cuda is not available");
   TrainOptions long_warmup = small_run("");
   long_warmup.warmup = 12;
   CHECK_THROWS_HEADROOM(train(task, long_warmup), "--warmup 12 must be below --steps 12");
+}
+
+TEST_CASE("train: --device cuda without a device fails with the CUDA build and device count; bad names fail") {
+  CountingTask task("mha");
+  TrainOptions bad = small_run("");
+  bad.device = "gpu";
+  CHECK_THROWS_HEADROOM(train(task, bad), "expected cpu, cuda or cuda:N");
+  TrainOptions missing = small_run("");
+  missing.device = "cuda:" + std::to_string(cuda::device_count());  // one past the last device
+  const std::string versions = cuda::version_string();
+  CHECK_THROWS_HEADROOM(train(task, missing), versions.c_str());
+  if (cuda::is_available()) return;  // the rest is for machines without a device
+  TrainOptions cuda = small_run("");
+  cuda.device = "cuda";
+  const std::string refusal = "[train] --device cuda is not available: " + versions;
+  CHECK_THROWS_HEADROOM(train(task, cuda), refusal.c_str());
+  CHECK(task.model().device() == Device::cpu());  // refused before anything moved
 }
 
 TEST_CASE("json_object writes numbers, integers, strings and non-finite values") {

@@ -58,7 +58,7 @@ class LmTask : public ModelTask<DecoderLM> {
     model_->eval();
     RoutingRecorder recorder;
     for_each_valid_batch([&](const Tensor& windows) {
-      Tensor inputs = windows.narrow(1, 0, lm_.context).contiguous();
+      Tensor inputs = on_model_device(windows.narrow(1, 0, lm_.context).contiguous());
       recorder.add(model_->forward(inputs).stats, inputs.reshape({-1}));
     });
     model_->train();
@@ -66,10 +66,11 @@ class LmTask : public ModelTask<DecoderLM> {
   }
 
  private:
-  // Mean next-byte loss of windows [N, T + 1] and the layers' aux losses.
+  // Mean next-byte loss of windows [N, T + 1] (on the CPU) and the layers' aux losses.
   std::pair<Tensor, std::vector<Tensor>> forward_loss(const Tensor& windows) {
-    Tensor inputs = windows.narrow(1, 0, lm_.context).contiguous();
-    Tensor targets = windows.narrow(1, 1, lm_.context).contiguous();
+    Tensor on_device = on_model_device(windows);
+    Tensor inputs = on_device.narrow(1, 0, lm_.context).contiguous();
+    Tensor targets = on_device.narrow(1, 1, lm_.context).contiguous();
     ModelOutput out = model_->forward(inputs);
     Tensor loss = cross_entropy(out.out.reshape({-1, config_.vocab}), targets.reshape({-1}));
     return {loss, out.aux_losses};

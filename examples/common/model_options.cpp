@@ -1,5 +1,7 @@
 #include "headroom/examples/common/model_options.h"
 
+#include <algorithm>
+
 #include "headroom/models/moa.h"
 #include "headroom/models/moh.h"
 
@@ -68,6 +70,23 @@ double active_head_fraction(const ModelConfig& config) {
 int64_t shared_head_count(const ModelConfig& config) {
   auto moh = std::dynamic_pointer_cast<MoHAttention>(first_attention_layer(config));
   return moh ? moh->moh_config.shared_heads : 0;
+}
+
+ModelOptions method_preset(const std::string& method, ModelOptions base) {
+  const int64_t h = base.heads;
+  HEADROOM_CHECK(h >= 4 && h % 4 == 0, "[compare] the presets need --heads divisible by 4, got ", h);
+  auto set = [&](const std::string& type, const std::string& options) {
+    base.attn = type, base.attn_opt = options;
+    return base;
+  };
+  auto count = [](int64_t n) { return std::to_string(n); };
+  if (method == "mha") return set("mha", "");
+  if (method == "moa") return set("moa", "experts=" + count(2 * h - 1) + ",k=" + count(h / 2));
+  if (method == "moh75") return set("moh", "shared_heads=" + count(h / 4) + ",routed_k=" + count(h / 2));
+  if (method == "moh50") return set("moh", "shared_heads=" + count(h / 4) + ",routed_k=" + count(h / 4));
+  // The library's default gate width, d, would add 7-12% parameters.
+  if (method == "mae") return set("mae", "gate_hidden=" + count(std::max<int64_t>(base.dim / 8, 1)));
+  throw UsageError("unknown method '" + method + "' (known: mha, moa, moh75, moh50, mae)");
 }
 
 }  // namespace headroom::examples

@@ -45,4 +45,14 @@ double active_head_fraction(const ModelConfig& config);
 // MoH's shared heads per layer (0 for the other methods).
 int64_t shared_head_count(const ModelConfig& config);
 
+// The method presets of `compare`, for h = base.heads heads of width d / h,
+// sized so that every preset's parameters stay within a few percent of MHA's:
+//   mha    dense multi-head attention
+//   moa    2h − 1 experts of width d_h, top-k = h / 2
+//   moh75  h / 4 shared + top-h/2 of the routed heads: 75% of the heads per token
+//   moh50  h / 4 shared + top-h/4 of the routed heads: 50%
+//   mae    h experts of h − 1 heads, gate MLP of width d / 8
+// Throws UsageError for another name; needs h divisible by 4.
+ModelOptions method_preset(const std::string& method, ModelOptions base);
+
 }  // namespace headroom::examples

@@ -122,7 +122,8 @@ class MtTask : public ModelTask<EncoderDecoder> {
       std::vector<std::vector<int32_t>> rows;
       for (size_t i = first; i < std::min(pairs, first + size_t(mt_.batch)); ++i) rows.push_back(valid_[i].first);
       auto [src, padding] = pad_rows(rows);
-      recorder.add(model_->encode(src, padding).stats, src.reshape({-1}), logical_not(padding).reshape({-1}));
+      recorder.add(model_->encode(on_model_device(src), on_model_device(padding)).stats, src.reshape({-1}),
+                   logical_not(padding).reshape({-1}));
     }
     model_->train();
     return recorder;
@@ -161,7 +162,9 @@ class MtTask : public ModelTask<EncoderDecoder> {
     }
     auto [src, src_padding] = pad_rows(src_rows);
     auto [tgt_in, tgt_padding] = pad_rows(in_rows);
-    Tensor targets = pad_rows(out_rows).first;
+    src = on_model_device(src), src_padding = on_model_device(src_padding);
+    tgt_in = on_model_device(tgt_in), tgt_padding = on_model_device(tgt_padding);
+    Tensor targets = on_model_device(pad_rows(out_rows).first);
     ModelOutput encoded = model_->encode(src, src_padding);
     ModelOutput decoded = model_->decode(tgt_in, encoded.out, src_padding, tgt_padding);
     CrossEntropyOptions ce;

@@ -39,7 +39,7 @@ int training_main(Flags& flags, const TrainOptions& options, int argc, char** ar
   return run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
     if (options.threads > 0) set_num_threads(options.threads);
-    std::printf("%s\n", config_table(flags.values()).c_str());
+    std::printf("%s\n", run_config_table(flags, options).c_str());
     RunSummary summary = run();
     std::printf("%s", describe(summary).c_str());
     return summary.interrupted ? 130 : 0;

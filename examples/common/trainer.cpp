@@ -11,6 +11,7 @@
 #include "headroom/core/backend.h"
 #include "headroom/core/safetensors.h"
 #include "headroom/core/threading.h"
+#include "headroom/cuda/cuda.h"
 #include "headroom/examples/common/progress.h"
 #include "headroom/models/bcd.h"
 #include "headroom/models/optim.h"
@@ -200,7 +201,7 @@ void run_steps(TrainTask& task, Optimization& optimization, const TrainOptions& 
   WarmupCosine schedule{o.warmup, o.steps, o.min_lr_ratio};
   Progress progress(result.first_step, o.steps, task.unit(), o.log_every, !o.quiet);
   InterruptScope interrupt_scope;
-  Backend& memory = cpu_backend();
+  Backend& memory = backend(task.model().device());
   memory.reset_peak_memory();
   auto start = std::chrono::steady_clock::now();
   task.model().train();
@@ -280,15 +281,32 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
   flags.add("eval-only", &o.eval_only, "load --ckpt's checkpoint, evaluate and stop");
   flags.add("seed", &o.seed, "seeds initialisation, data order, dropout and sampling");
   flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)");
-  flags.add("device", &o.device, "cpu or cuda");
+  flags.add("device", &o.device, "cpu, cuda or cuda:N (data is loaded on the CPU)");
+  flags.add("tf32", &o.tf32, "CUDA: TF32 tensor-core matmuls (faster, less precise)");
+}
+
+Device training_device(const std::string& name) {
+  const Device device = Device::parse(name);
+  if (device.is_cpu()) return device;
+  HEADROOM_CHECK(cuda::is_available(), "[train] --device ", name, " is not available: ", cuda::version_string());
+  HEADROOM_CHECK(device.index < cuda::device_count(), "[train] --device ", name, " does not exist: ",
+                 cuda::version_string());
+  return device;
+}
+
+std::string run_config_table(const Flags& flags, const TrainOptions& options) {
+  std::vector<std::pair<std::string, std::string>> rows = flags.values();
+  if (training_device(options.device).is_cuda()) rows.emplace_back("cuda", cuda::version_string());
+  return config_table(rows);
 }
 
 TrainResult train(TrainTask& task, const TrainOptions& o) {
   HEADROOM_CHECK(o.steps > 0, "[train] --steps must be positive, got ", o.steps);
   HEADROOM_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[train] --warmup ", o.warmup, " must be below --steps ", o.steps);
   HEADROOM_CHECK(!(o.resume || o.eval_only) || !o.ckpt_dir.empty(), "[train] --resume and --eval-only need --ckpt DIR");
-  HEADROOM_CHECK(o.device == "cpu", "[train] --device ", o.device,
-                 " is not available: this version of headroom trains on the CPU only");
+  const Device device = training_device(o.device);
+  cuda::set_tf32(o.tf32);
+  task.model().to(device);  // before the optimizers, whose state is made beside the parameters
   Optimization optimization(task, o);
   TrainResult result;
   if (o.resume || o.eval_only) result.first_step = resume_checkpoint(task, optimization, o);

@@ -57,14 +57,24 @@ struct TrainOptions {
   bool eval_only = false;        // load the checkpoint, evaluate, stop
   uint64_t seed = 1;
   int threads = 0;               // 0: HEADROOM_NUM_THREADS or all cores
-  std::string device = "cpu";
+  std::string device = "cpu";    // cpu, cuda or cuda:N: the model and every batch go there
+  bool tf32 = false;             // CUDA: TF32 tensor-core matmuls (faster, ~1e-3 relative error)
   bool quiet = false;            // no progress lines (compare runs many models)
 };
 
 // The flags every binary shares: --steps --warmup --lr --min-lr-ratio
 // --weight-decay --clip --gate-lr --eval-every --ckpt-every --log-every
-// --ckpt --resume --eval-only --seed --threads --device.
+// --ckpt --resume --eval-only --seed --threads --device --tf32.
 void add_train_flags(Flags& flags, TrainOptions& options);
+
+// The device --device names: "cpu", "cuda" or "cuda:N".  Throws when CUDA is
+// not available (the message gives cuda::version_string(): built without
+// CUDA, or no device) or when N is not one of the devices.
+Device training_device(const std::string& name);
+
+// The table a binary prints first: its flags' values and, for a CUDA run, the
+// CUDA versions and devices.  Checks --device (training_device).
+std::string run_config_table(const Flags& flags, const TrainOptions& options);
 
 using Metrics = std::vector<std::pair<std::string, double>>;
 
@@ -96,7 +106,9 @@ class TrainTask {
 // The part of a task that owns the model: its config, the model generator
 // (seeded with the run's seed) and the model M (DecoderLM, EncoderDecoder or
 // ViT), built by build_model() once the task has filled in the config fields
-// that depend on the data (vocabulary, image size, classes).
+// that depend on the data (vocabulary, image size, classes).  train() moves
+// the model to --device; the task builds batches on the CPU and sends them
+// after it with on_model_device().
 template <typename M>
 class ModelTask : public TrainTask {
  public:
@@ -108,6 +120,7 @@ class ModelTask : public TrainTask {
 
  protected:
   void build_model() { model_ = std::make_shared<M>(config_, gen_); }
+  Tensor on_model_device(const Tensor& batch) const { return batch.to(model_->device()); }
   ModelConfig config_;
   Generator gen_;
   uint64_t seed_;
@@ -121,9 +134,12 @@ struct TrainResult {
   std::vector<double> train_loss;          // task loss of every step run in this call
   double items_per_second = 0;             // training throughput of this call
   double seconds = 0;
-  size_t peak_bytes = 0;                   // peak tensor memory during training
+  size_t peak_bytes = 0;                   // peak tensor memory during training, on the run's device
 };
 
+// Moves the task's model to options.device first (its optimizer state lives
+// there too; checkpoints are written from and read to the host, so a run can
+// resume on another device).
 TrainResult train(TrainTask& task, const TrainOptions& options);
 
 // The checkpoint file of a run directory.

@@ -69,8 +69,8 @@ class VitTask : public ModelTask<ViT> {
 
   StepOutput step(int64_t step) override {
     Tensor rows = epoch_rows(step);
-    ModelOutput out = model_->forward(index_select(data_.train.images, 0, rows));
-    Tensor loss = cross_entropy(out.out, index_select(data_.train.labels, 0, rows));
+    ModelOutput out = model_->forward(on_model_device(index_select(data_.train.images, 0, rows)));
+    Tensor loss = cross_entropy(out.out, on_model_device(index_select(data_.train.labels, 0, rows)));
     return {training_loss(config_, loss, out.aux_losses, rows.numel()), loss.item(), rows.numel()};
   }
 
@@ -95,9 +95,9 @@ class VitTask : public ModelTask<ViT> {
     double loss_sum = 0;
     for (int64_t first = 0; first < n; first += vit_.batch) {
       int64_t count = std::min(vit_.batch, n - first);
-      ModelOutput out = model_->forward(part.images.narrow(0, first, count));
+      ModelOutput out = model_->forward(on_model_device(part.images.narrow(0, first, count)));
       Tensor labels = part.labels.narrow(0, first, count).contiguous();
-      loss_sum += cross_entropy(out.out, labels).item() * double(count);
+      loss_sum += cross_entropy(out.out, on_model_device(labels)).item() * double(count);
       std::vector<int32_t> truth = labels.to_vector<int32_t>(), predicted = argmax(out.out, 1).to_vector<int32_t>();
       for (int64_t i = 0; i < count; ++i) s.confusion[size_t(truth[i])][size_t(predicted[i])] += 1;
       if (per_class) record_by_class(out.stats, truth, *per_class);

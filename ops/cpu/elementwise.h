@@ -11,24 +11,6 @@
 
 namespace headroom::cpu {
 
-// Dtype dispatch for the CPU kernels: calls body(T{}) with T the C++ type
-// that stores the dtype (with_float: f32 or f64 only).
-template <typename Body>
-void with_float(DType dtype, Body body) {
-  if (dtype == DType::f32) body(float{});
-  else body(double{});
-}
-
-template <typename Body>
-void with_any(DType dtype, Body body) {
-  switch (dtype) {
-    case DType::f32: return body(float{});
-    case DType::f64: return body(double{});
-    case DType::i32: return body(int32_t{});
-    case DType::b8: return body(uint8_t{});
-  }
-}
-
 enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum };
 enum class UnaryOp { neg, exp, log, sqrt, tanh, sigmoid, relu, gelu_erf, gelu_tanh, silu, abs, clamp };
 enum class CompareOp { eq, ne, lt, le, gt, ge };

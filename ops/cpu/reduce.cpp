@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "headroom/ops/cpu/elementwise.h"  // with_float
 
 namespace headroom::cpu {
 namespace {
@@ -92,7 +91,7 @@ struct ArgAcc {
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, ReduceDims dims, const Tensor& out) {
-  with_float(x.dtype(), [&](auto zero) {
+  dispatch_floating(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* o = out.data<T>();
     if (op == ReduceOp::logsumexp) reduce_slices<T>(x, dims, LogSumExpAcc<T>{o});
@@ -102,7 +101,7 @@ void reduce(ReduceOp op, const Tensor& x, ReduceDims dims, const Tensor& out) {
 
 void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& values,
                 const Tensor& indices) {
-  with_float(x.dtype(), [&](auto zero) {
+  dispatch_floating(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* v = values.defined() ? values.data<T>() : nullptr;
     int32_t* idx = indices.data<int32_t>();
@@ -112,7 +111,7 @@ void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& v
 }
 
 void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims d, const Tensor& grad) {
-  with_float(g.dtype(), [&](auto zero) {
+  dispatch_floating(g.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* src = g.data<T>();  // [outer, inner]
     const int32_t* idx = indices.data<int32_t>();
