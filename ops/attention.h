@@ -1,10 +1,10 @@
 #pragma once
 // Attention as one fused primitive: softmax(scale · Q·Kᵀ + mask) · V without
-// storing the T×S score matrix (FlashAttention-2 style blocked online softmax
-// on the CPU), dense over all (token, head) pairs or routed over the pairs of
-// a RoutePlan.  Both share one kernel; backward recomputes the scores from the
-// saved per-row log-sum-exp.  Deterministic: results do not depend on the
-// thread count.  f32 and f64.
+// storing the T×S score matrix (FlashAttention-2 style blocked online softmax:
+// ops/cpu/attention.cpp, cuda/attention.cu), dense over all (token, head)
+// pairs or routed over the pairs of a RoutePlan.  Both share one kernel per
+// device; backward recomputes the scores from the saved per-row log-sum-exp.
+// Deterministic: results do not depend on the thread count.  f32 and f64.
 #include <cstdint>
 
 #include "headroom/core/rng.h"

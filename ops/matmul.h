@@ -1,8 +1,8 @@
 #pragma once
-// Matrix products on OpenBLAS: matmul (torch.matmul semantics) and linear
-// (a fully connected layer, PyTorch's weight layout).  f32 and f64, CPU.
-// Transposed views are read in place (CblasTrans), not copied, so a.t() and
-// the transposes in the backward pass cost nothing.
+// Matrix products on OpenBLAS (CPU) or cuBLAS (CUDA): matmul (torch.matmul
+// semantics) and linear (a fully connected layer, PyTorch's weight layout).
+// f32 and f64.  Transposed views are read in place (a transpose flag), not
+// copied, so a.t() and the transposes in the backward pass cost nothing.
 #include "headroom/core/tensor.h"
 
 namespace headroom {

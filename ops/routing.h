@@ -33,7 +33,9 @@ struct RoutePlan {
   int64_t segment_of_row(int64_t r) const;
 };
 
-// indices: i32 [N, k] with values in [0, E).  Throws on out-of-range values.
+// indices: i32 [N, k] with values in [0, E).  Throws on out-of-range values;
+// on CUDA the check runs on the device without waiting for it, and the error
+// is thrown by the next route() or index_select() on that device.
 RoutePlan route(const Tensor& indices, int64_t num_segments);
 
 // ---- selection ---------------------------------------------------------------
