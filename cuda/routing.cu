@@ -91,7 +91,10 @@ IndexErrorSlot& index_error_slot(int device) {
   IndexErrorSlot& slot = slots.at(device);
   if (!slot.device_state) {
     HEADROOM_CUDA_CHECK(cudaMalloc(&slot.device_state, sizeof(IndexCheckState)));
-    HEADROOM_CUDA_CHECK(cudaMemset(slot.device_state, 0, sizeof(IndexCheckState)));
+    // On the device's stream: a plain cudaMemset goes to the legacy default
+    // stream, which does not order work on the non-blocking stream(device), so
+    // the first check could read the record before it is zeroed.
+    HEADROOM_CUDA_CHECK(cudaMemsetAsync(slot.device_state, 0, sizeof(IndexCheckState), stream(device)));
     HEADROOM_CUDA_CHECK(cudaHostAlloc(&slot.host_copy, sizeof(IndexError), cudaHostAllocDefault));
     *slot.host_copy = IndexError{};
     HEADROOM_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));

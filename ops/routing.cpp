@@ -350,7 +350,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
   Tensor index = indices.contiguous().reshape({count});
   if (on_cuda(index)) {
     // Checked on the device; a bad index reads row 0 and is reported by a
-    // later call (cuda/routing.cu says why).
+    // later call (cuda/routing.cu says why).  A dimension of size 0 has no
+    // row 0 to read instead, and every index is bad: refuse it here.
+    HEADROOM_CHECK(size > 0 || count == 0, "[index_select] cannot select ", count,
+                   " indices from dimension ", d, " of size 0 in shape ", shape_str(x.shape()));
     Tensor safe = Tensor::empty({count}, DType::i32, index.device());
     cuda::routing_kernels().check_indices(index, size, cuda::IndexUse::select_row, 1, safe);
     index = safe;

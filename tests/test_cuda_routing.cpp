@@ -105,6 +105,10 @@ TEST_CASE("cuda routing: bad indices on the device are reported by a later call"
   CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::from_vector<int32_t>({1}).to(Device::cuda())),
                         "[index_select] index 5 at position 1 is out of range for a dimension of size 3");
   CHECK_NOTHROW(index_select(x, 0, Tensor::from_vector<int32_t>({1}).to(Device::cuda())));
+  // A dimension of size 0 has no row to read in place of a bad index: refused at once.
+  CHECK_THROWS_HEADROOM(index_select(Tensor::zeros({2, 0, 3}, DType::f32, Device::cuda()), 1,
+                                     Tensor::from_vector<int32_t>({0}).to(Device::cuda())),
+                        "[index_select] cannot select 1 indices from dimension 1 of size 0");
 }
 
 TEST_CASE("cuda routing: a plan on another device than the inputs is refused") {
