@@ -37,31 +37,27 @@ struct Options {
 
 const Device kGpu = Device::cuda(0);
 
-// Milliseconds per call of fn on the GPU: the device is synchronised before
-// the clock starts and inside the timed region after the last call, so all
-// queued work is counted.
-double gpu_ms(const std::function<void()>& fn, int reps) {
-  Backend& gpu = backend(kGpu);
-  for (int i = 0; i < 2; ++i) fn();  // warm-up: allocator cache, cuBLAS heuristics
-  gpu.synchronize(0);
-  std::function<void()> calls_then_sync = [&] {
+// `reps` calls of fn, then a wait for the GPU: one timed sample, so that all
+// the work the calls queued is counted.
+std::function<void()> calls_then_sync(const std::function<void()>& fn, int reps) {
+  return [&fn, reps] {
     for (int r = 0; r < reps; ++r) fn();
-    gpu.synchronize(0);
+    backend(kGpu).synchronize(0);
   };
-  return time_ms(calls_then_sync, 1) / reps;
+}
+
+// Milliseconds per call of fn on the GPU, after two warm-up calls (allocator
+// cache, cuBLAS heuristics).
+double gpu_ms(const std::function<void()>& fn, int reps) {
+  calls_then_sync(fn, 2)();
+  std::function<void()> sample = calls_then_sync(fn, reps);
+  return time_ms(sample, 1) / reps;
 }
 
 // Side by side: A, B alternately `iters` times, each sample `reps` calls
 // followed by a device synchronisation.
 Comparison gpu_compare(const std::function<void()>& a, const std::function<void()>& b, int iters, int reps) {
-  Backend& gpu = backend(kGpu);
-  auto synced = [&gpu, reps](const std::function<void()>& fn) {
-    return [&gpu, &fn, reps] {
-      for (int r = 0; r < reps; ++r) fn();
-      gpu.synchronize(0);
-    };
-  };
-  Comparison c = time_interleaved(synced(a), synced(b), iters, 1, 2);
+  Comparison c = time_interleaved(calls_then_sync(a, reps), calls_then_sync(b, reps), iters, 1, 2);
   c.a_ms /= reps, c.b_ms /= reps;
   return c;
 }

@@ -41,7 +41,8 @@ inline void check_parity(const std::function<Tensor(const std::vector<Tensor>&)>
   Tensor cuda_out = run(Device::cuda(), cuda_leaves);
   CHECK(cuda_out.device() == Device::cuda());
   INFO("output");
-  CHECK_MESSAGE(compare(cuda_out.to(Device::cpu()), cpu_out, atol, rtol) == "", compare(cuda_out.to(Device::cpu()), cpu_out, atol, rtol));
+  const std::string out_diff = compare(cuda_out.to(Device::cpu()), cpu_out, atol, rtol);
+  CHECK_MESSAGE(out_diff == "", out_diff);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!cpu_leaves[i].grad().defined()) continue;
     INFO("gradient of input ", i);
