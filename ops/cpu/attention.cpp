@@ -144,6 +144,18 @@ void online_softmax_row(T* x, int64_t n, T& running_max, T& running_sum, T* acc,
     for (int64_t c = 0; c < d; ++c) acc[c] *= rescale;
 }
 
+// The rows of `tile` that see at least one key of the block starting at s0.
+// Rows are sorted by position, so the rows whose causal limit ends before s0
+// form a prefix: a routed tile, whose rows are scattered over the sequence,
+// multiplies only its live suffix against each later key block instead of
+// computing (and masking) scores for rows that cannot see it.
+template <typename T>
+Tile<T> rows_seeing(const AttentionProblem& p, const Tile<T>& tile, int64_t s0) {
+  Tile<T> live = tile;
+  while (live.rows > 0 && causal_extent(p, p.positions[live.row0]) <= s0) ++live.row0, --live.rows;
+  return live;
+}
+
 template <typename T>
 void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out, T* lse,
                   Scratch<T>& s) {
@@ -154,12 +166,14 @@ void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T*
   std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
   for (int64_t s0 = 0; s0 < tile.num_keys; s0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, tile.num_keys - s0);
-    T* probs = s.scores.data();  // [m, n]
-    masked_scores(p, tile, q, s0, n, probs);
-    for (int64_t i = 0; i < m; ++i)
-      online_softmax_row(probs + i * n, n, s.row_max[i], s.row_sum[i], acc + i * d, d);
-    if (p.dropout > 0) apply_dropout(p, tile, s0, n, probs, probs);
-    gemm(false, false, m, d, n, T(1), probs, n, tile.v + s0 * d, d, T(1), acc, d);  // acc += P·V
+    const Tile<T> live = rows_seeing(p, tile, s0);
+    const int64_t first = live.row0 - tile.row0;  // live rows are tile rows [first, m)
+    T* probs = s.scores.data();  // [live.rows, n]
+    masked_scores(p, live, q, s0, n, probs);
+    for (int64_t i = 0; i < live.rows; ++i)
+      online_softmax_row(probs + i * n, n, s.row_max[first + i], s.row_sum[first + i], acc + (first + i) * d, d);
+    if (p.dropout > 0) apply_dropout(p, live, s0, n, probs, probs);
+    gemm(false, false, live.rows, d, n, T(1), probs, n, tile.v + s0 * d, d, T(1), acc + first * d, d);  // acc += P·V
   }
   for (int64_t i = 0; i < m; ++i) {  // normalise; a row that saw no key stays 0
     const T sum = s.row_sum[i];
@@ -174,36 +188,37 @@ template <typename T>
 void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, const T* out, const T* lse,
                    const T* dout, T* dq, T* dk, T* dv, Scratch<T>& s) {
   const int64_t d = p.d_h, m = tile.rows;
-  const T* q_tile = q + tile.row0 * d;      // [m, d]
-  const T* dout_tile = dout + tile.row0 * d;
-  T* dq_tile = dq + tile.row0 * d;
-  std::fill(dq_tile, dq_tile + m * d, T(0));
+  std::fill(dq + tile.row0 * d, dq + (tile.row0 + m) * d, T(0));
   T* row_dot = s.row_sum.data();  // D = rowsum(dO ∘ O)  [m]
   for (int64_t i = 0; i < m; ++i) {
     T acc = 0;
-    for (int64_t c = 0; c < d; ++c) acc += dout_tile[i * d + c] * out[(tile.row0 + i) * d + c];
+    for (int64_t c = 0; c < d; ++c) acc += dout[(tile.row0 + i) * d + c] * out[(tile.row0 + i) * d + c];
     row_dot[i] = acc;
   }
   for (int64_t s0 = 0; s0 < tile.num_keys; s0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, tile.num_keys - s0);
-    T* probs = s.scores.data();        // P  [m, n]
-    T* dprobs = s.grad_scores.data();  // dP, then dS  [m, n]
-    masked_scores(p, tile, q, s0, n, probs);
-    for (int64_t i = 0; i < m; ++i) exp_shifted(probs + i * n, n, lse[tile.row0 + i]);
-    gemm(false, true, m, n, d, T(1), dout_tile, d, tile.v + s0 * d, d, T(0), dprobs, n);  // dO·Vᵀ
+    const Tile<T> live = rows_seeing(p, tile, s0);
+    const int64_t rows = live.rows, first = live.row0 - tile.row0;  // live rows are tile rows [first, m)
+    const T* q_live = q + live.row0 * d;  // [rows, d]
+    const T* dout_live = dout + live.row0 * d;
+    T* probs = s.scores.data();        // P  [rows, n]
+    T* dprobs = s.grad_scores.data();  // dP, then dS  [rows, n]
+    masked_scores(p, live, q, s0, n, probs);
+    for (int64_t i = 0; i < rows; ++i) exp_shifted(probs + i * n, n, lse[live.row0 + i]);
+    gemm(false, true, rows, n, d, T(1), dout_live, d, tile.v + s0 * d, d, T(0), dprobs, n);  // dO·Vᵀ
     const T* kept_probs = probs;  // P after dropout
     if (p.dropout > 0) {
-      apply_dropout(p, tile, s0, n, probs, s.dropped.data());
-      apply_dropout(p, tile, s0, n, dprobs, dprobs);  // the gradient of P passes the same mask
+      apply_dropout(p, live, s0, n, probs, s.dropped.data());
+      apply_dropout(p, live, s0, n, dprobs, dprobs);  // the gradient of P passes the same mask
       kept_probs = s.dropped.data();
     }
-    gemm(true, false, n, d, m, T(1), kept_probs, n, dout_tile, d, T(1), dv + s0 * d, d);  // dV += Pᵀ·dO
-    for (int64_t i = 0; i < m; ++i)
+    gemm(true, false, n, d, rows, T(1), kept_probs, n, dout_live, d, T(1), dv + s0 * d, d);  // dV += Pᵀ·dO
+    for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < n; ++j)
-        dprobs[i * n + j] = probs[i * n + j] * (dprobs[i * n + j] - row_dot[i]);  // dS
+        dprobs[i * n + j] = probs[i * n + j] * (dprobs[i * n + j] - row_dot[first + i]);  // dS
     const T scale = T(p.scale);
-    gemm(true, false, n, d, m, scale, dprobs, n, q_tile, d, T(1), dk + s0 * d, d);          // dK += dSᵀ·Q
-    gemm(false, false, m, d, n, scale, dprobs, n, tile.k + s0 * d, d, T(1), dq_tile, d);   // dQ += dS·K
+    gemm(true, false, n, d, rows, scale, dprobs, n, q_live, d, T(1), dk + s0 * d, d);                 // dK += dSᵀ·Q
+    gemm(false, false, rows, d, n, scale, dprobs, n, tile.k + s0 * d, d, T(1), dq + live.row0 * d, d);  // dQ += dS·K
   }
 }
 
