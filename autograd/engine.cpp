@@ -26,15 +26,27 @@ void Saved::check_versions(const std::string& op) const {
   }
 }
 
-// Gradients flowing between nodes are never written in place: a backward
-// function may hand the same tensor to several inputs (add passes g to both),
-// so the first gradient is kept as it is and a second one makes a new sum
-// (the add op: it runs on the gradients' device).
-Tensor accumulate(const Tensor& grad, const Tensor& g) {
-  if (!grad.defined()) return g;
-  HEADROOM_CHECK(grad.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ",
-                 shape_str(g.shape()), " into one of shape ", shape_str(grad.shape()));
-  return headroom::add(grad, g.to(grad.dtype()));
+// True when nothing but `g` can see its memory: its only handle, dense over a
+// storage of its own.  Such a gradient can be kept or added to in place; any
+// other (a backward function may hand one tensor to several inputs, or pass
+// grad_out or a saved tensor through) is copied or summed into a new tensor.
+bool sole_owner(const Tensor& g) {
+  const std::shared_ptr<TensorImpl>& impl = g.impl_shared();
+  return impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->offset == 0 && g.is_contiguous() &&
+         impl->storage->nbytes == size_t(g.numel()) * dtype_size(g.dtype());
+}
+
+// The add runs on the gradients' device.
+void accumulate(Tensor& sum, Tensor g) {
+  if (!sum.defined()) {
+    sum = std::move(g);
+    return;
+  }
+  HEADROOM_CHECK(sum.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ",
+                 shape_str(g.shape()), " into one of shape ", shape_str(sum.shape()));
+  if (g.dtype() != sum.dtype()) g = g.to(sum.dtype());
+  if (sole_owner(sum)) headroom::add_(sum, g);
+  else sum = headroom::add(sum, g);
 }
 
 void Grads::add(size_t i, const Tensor& grad) {
@@ -43,7 +55,7 @@ void Grads::add(size_t i, const Tensor& grad) {
   if (!wanted_[i]) return;
   HEADROOM_CHECK(grad.shape() == shapes_[i], "[", op_, "] backward produced a gradient of shape ",
                  shape_str(grad.shape()), " for input ", i, " of shape ", shape_str(shapes_[i]));
-  values_[i] = accumulate(values_[i], grad);
+  accumulate(values_[i], grad);
 }
 
 bool needs_grad(const std::vector<Tensor>& inputs) {
@@ -102,16 +114,18 @@ std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>
 
 // A leaf's .grad is its own contiguous tensor (optimizers and clipping write
 // it in place), so the first gradient is copied and later ones added into it.
-void accumulate_leaf(TensorImpl& leaf, const Tensor& g) {
-  Tensor gc = g.dtype() == leaf.dtype ? g : g.to(leaf.dtype);
+// A leaf keeps its first gradient when it is the sole owner (a fresh GEMM
+// result, say) and copies it otherwise; later gradients are added in place.
+void accumulate_leaf(TensorImpl& leaf, Tensor g) {
+  if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
   if (!leaf.grad) {
-    leaf.grad = (gc.is_contiguous() ? gc.clone() : gc.contiguous()).impl_shared();
+    leaf.grad = (sole_owner(g) ? g : g.clone()).impl_shared();
     return;
   }
   Tensor current(leaf.grad);
-  HEADROOM_CHECK(current.shape() == gc.shape(), "[autograd] cannot accumulate a gradient of shape ",
-                 shape_str(gc.shape()), " into a leaf of shape ", shape_str(current.shape()));
-  current.copy_(headroom::add(current, gc));
+  HEADROOM_CHECK(current.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ",
+                 shape_str(g.shape()), " into a leaf of shape ", shape_str(current.shape()));
+  headroom::add_(current, g);
 }
 
 void release(Node& node) {
@@ -162,11 +176,11 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
     Grads grads(wanted, node.input_shapes, node.name);
     node.backward(node.saved, grad_out, grads);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      const Tensor& g = grads.get(i);
+      Tensor g = grads.take(i);
       if (!g.defined()) continue;
       const Edge& edge = node.inputs[i];
-      if (edge.node) pending[edge.node.get()] = accumulate(pending[edge.node.get()], g);
-      else if (edge.leaf) accumulate_leaf(*edge.leaf, g);
+      if (edge.node) accumulate(pending[edge.node.get()], std::move(g));
+      else if (edge.leaf) accumulate_leaf(*edge.leaf, std::move(g));
     }
     if (!retain_graph) release(node);
   }

@@ -57,7 +57,7 @@ class Grads {
       : wanted_(std::move(wanted)), shapes_(std::move(shapes)), values_(wanted_.size()), op_(std::move(op)) {}
   bool wants(size_t i) const { return i < wanted_.size() && wanted_[i]; }
   void add(size_t i, const Tensor& grad);  // accumulates; checks the shape matches the input
-  const Tensor& get(size_t i) const { return values_[i]; }
+  Tensor take(size_t i) { return std::move(values_[i]); }  // the engine hands each one on once
 
  private:
   std::vector<bool> wanted_;
@@ -90,7 +90,8 @@ void record(Tensor& out, const char* op, const std::vector<Tensor>& inputs,
 // Runs reverse-mode differentiation from `root` (Tensor::backward calls this).
 void backward(const Tensor& root, const Tensor& seed, bool retain_graph);
 
-// grad + g as a new tensor (or g itself when grad is undefined); shapes equal.
-Tensor accumulate(const Tensor& grad, const Tensor& g);
+// sum += g (sum = g when sum is undefined); shapes equal.  In place only when
+// nothing else can see sum's memory, otherwise sum becomes a new tensor.
+void accumulate(Tensor& sum, Tensor g);
 
 }  // namespace headroom::autograd

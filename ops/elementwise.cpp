@@ -4,6 +4,7 @@
 // functor in ops/cpu/elementwise.cpp (and its device twin in cuda/elementwise.cu).
 #include "headroom/ops/elementwise.h"
 
+#include "headroom/autograd/grad_mode.h"
 #include "headroom/autograd/node.h"
 #include "headroom/cuda/elementwise.h"
 #include "headroom/ops/cpu/elementwise.h"
@@ -104,6 +105,19 @@ Tensor sub(const Tensor& a, const Tensor& b) { return binary_op("sub", cpu::Bina
 Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", cpu::BinaryOp::mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", cpu::BinaryOp::div, a, b); }
 Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", cpu::BinaryOp::pow, a, b); }
+void add_(const Tensor& target, const Tensor& other) {
+  check_pair("add_", target, other);
+  HEADROOM_CHECK(target.shape() == other.shape() && target.is_contiguous(), "[add_] expected a contiguous target "
+                 "and an addend of the same shape, got ", shape_str(target.shape()),
+                 target.is_contiguous() ? "" : " (strided)", " and ", shape_str(other.shape()));
+  HEADROOM_CHECK(!(target.requires_grad() && autograd::grad_enabled()), "[add_] in-place write to a tensor that "
+                 "requires grad (shape ", shape_str(target.shape()), "); use NoGradGuard or add()");
+  check_floating("add_", target);
+  // Element i reads target[i] before writing it, so the aliasing is safe.
+  if (target.device().is_cuda()) cuda::elementwise_kernels().binary(cpu::BinaryOp::add, target, other, target);
+  else cpu::binary(cpu::BinaryOp::add, target, other, target);
+  target.bump_version();
+}
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return binary_op("maximum", cpu::BinaryOp::maximum, a, b);
 }

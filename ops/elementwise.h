@@ -38,6 +38,11 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, double b);
 Tensor minimum(double a, const Tensor& b);
 
+// target += other, in place: same shape, dtype and device, target contiguous.
+// Not recorded by autograd (the engine's gradient accumulation uses it);
+// refused, like copy_, on a tensor that requires grad while grad mode is on.
+void add_(const Tensor& target, const Tensor& other);
+
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator+(const Tensor& a, double b);
 Tensor operator+(double a, const Tensor& b);

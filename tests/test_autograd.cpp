@@ -93,3 +93,37 @@ TEST_CASE("two equal-valued leaves keep separate gradients") {
   CHECK(a.grad().to_vector<double>() == std::vector<double>{1, 1});
   CHECK(b.grad().to_vector<double>() == std::vector<double>{2, 2});
 }
+
+// The engine keeps a fresh gradient without copying it and adds later ones in
+// place, but only when nothing else can see that memory: a seed, a gradient
+// handed to two inputs, or one a user holds must never change under them.
+TEST_CASE("gradients are kept or summed in place only when nobody else holds them") {
+  SUBCASE("a seed passed straight through stays the caller's") {
+    Tensor x = param({4});
+    Tensor seed = Tensor::ones({4}, DType::f64);
+    x.reshape({2, 2}).reshape({4}).backward(seed, true);
+    CHECK(x.grad().data<double>() != seed.data<double>());
+    x.reshape({4}).backward(seed);  // a second pass adds into x.grad, not into seed
+    CHECK(seed.to_vector<double>() == std::vector<double>{1, 1, 1, 1});
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 2, 2, 2});
+  }
+  SUBCASE("one gradient handed to two leaves gives each its own tensor") {
+    Tensor a = param({3}, 1), b = param({3}, 2);
+    cat({a.reshape({3}), b.reshape({3})}, 0).backward(Tensor::ones({6}, DType::f64));
+    CHECK(a.grad().data<double>() != b.grad().data<double>());
+  }
+  SUBCASE("a leaf's grad the user holds is accumulated into, as PyTorch does") {
+    Tensor x = param({2});
+    Tensor y = cat({x, x}, 0);
+    y.backward(Tensor::ones({4}, DType::f64), true);
+    Tensor first = x.grad();
+    y.backward(Tensor::ones({4}, DType::f64));
+    CHECK(first.to_vector<double>() == std::vector<double>{4, 4});
+  }
+  SUBCASE("three node gradients into one tensor sum correctly whichever is summed in place") {
+    Tensor x = param({3});
+    Tensor mid = x.reshape({3});  // a node with three consumers
+    cat({mid, mid.slice(0, 0, 2), mid}, 0).backward(Tensor::arange(0, 8, 1, DType::f64));
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{0 + 3 + 5, 1 + 4 + 6, 2 + 7});
+  }
+}

@@ -329,3 +329,27 @@ TEST_CASE("element-wise errors: broadcast, dtypes, masks, clamp bounds") {
   CHECK_THROWS_HEADROOM(logical_not(f32), "[logical_not] expected mask of dtype b8");
   CHECK_THROWS_HEADROOM(clamp(f32, 1, 0), "[clamp] min 1 is greater than max 0");
 }
+
+TEST_CASE("add_ adds in place, bumps the version and refuses what add() would not do silently") {
+  Generator gen(43);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Tensor target = Tensor::randn({3, 5}, gen, dtype), addend = Tensor::randn({3, 5}, gen, dtype);
+    std::vector<double> expected = add(target, addend).to_vector<double>();  // add() has the naive-loop test
+    const void* storage = target.raw_data();
+    const uint64_t version = target.version();
+    add_(target, addend.t().contiguous().t());  // a strided addend is read through its strides
+    CHECK(target.raw_data() == storage);
+    CHECK(target.version() == version + 1);
+    CHECK(target.to_vector<double>() == expected);
+  }
+  Tensor t = Tensor::ones({2, 3});
+  CHECK_THROWS_HEADROOM(add_(t, Tensor::ones({3})), "[add_] expected a contiguous target and an addend of the same "
+                        "shape, got (2,3) and (3)");
+  CHECK_THROWS_HEADROOM(add_(t.t(), Tensor::ones({3, 2})), "(3,2) (strided) and (3,2)");
+  CHECK_THROWS_HEADROOM(add_(t, Tensor::ones({2, 3}, DType::f64)), "[add_] dtypes differ: f32 and f64");
+  Tensor leaf = Tensor::ones({2, 3}).set_requires_grad();
+  CHECK_THROWS_HEADROOM(add_(leaf, t), "[add_] in-place write to a tensor that requires grad");
+  NoGradGuard no_grad;
+  add_(leaf, t);
+  CHECK(leaf.to_vector<float>() == std::vector<float>(6, 2.0f));
+}
