@@ -291,9 +291,26 @@ void copy_typed(const Tensor& src, const Strides& src_strides,
     for (int64_t i = 0, n = dst.numel(); i < n; ++i) dp[i] = static_cast<D>(sp[i]);
     return;
   }
-  // Walk dst in row-major order, and src with its broadcast strides in step.
-  for_each_offset2(dst.shape(), dst.strides(), dst.offset(), src_strides, src.offset(),
-                   [&](int64_t d_off, int64_t s_off) { d[d_off] = static_cast<D>(s[s_off]); });
+  if (dst.dim() == 0) {
+    d[dst.offset()] = static_cast<D>(s[src.offset()]);
+    return;
+  }
+  // Walk dst row by row (a row: its last dimension), src with its broadcast
+  // strides in step; a row that is contiguous on both sides (a head split or
+  // merge moves d_h-long runs) is a plain loop the compiler vectorises.
+  const int last = dst.dim() - 1;
+  const int64_t cols = dst.size(last), d_step = dst.stride(last), s_step = src_strides[last];
+  const Shape rows(dst.shape().begin(), dst.shape().end() - 1);
+  const Strides d_rows(dst.strides().begin(), dst.strides().end() - 1), s_rows(src_strides.begin(), src_strides.end() - 1);
+  for_each_offset2(rows, d_rows, dst.offset(), s_rows, src.offset(), [&](int64_t d_off, int64_t s_off) {
+    D* to = d + d_off;
+    const S* from = s + s_off;
+    if (d_step == 1 && s_step == 1) {
+      for (int64_t c = 0; c < cols; ++c) to[c] = static_cast<D>(from[c]);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) to[c * d_step] = static_cast<D>(from[c * s_step]);
+    }
+  });
 }
 
 template <typename S>

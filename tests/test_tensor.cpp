@@ -133,3 +133,47 @@ TEST_CASE("large freed blocks are cached and reused; empty_cache returns them") 
   cpu_backend().empty_cache();
   CHECK(cpu_backend().memory_stats().cached_bytes == 0);
 }
+
+namespace {
+// view's elements in row-major order, read from base's flat values through
+// view's own offset and strides: the naive reference for copy_elements.
+std::vector<double> read_through_strides(const std::vector<double>& flat, const Tensor& view) {
+  std::vector<double> out;
+  std::vector<int64_t> index(view.dim(), 0);
+  for (int64_t i = 0; i < view.numel(); ++i) {
+    int64_t at = view.offset();
+    for (int d = 0; d < view.dim(); ++d) at += index[d] * view.stride(d);
+    out.push_back(flat[at]);
+    for (int d = view.dim() - 1; d >= 0 && ++index[d] == view.size(d); --d) index[d] = 0;
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("copies of strided views match a naive index walk: permutes, steps, broadcasts, casts, 0-d") {
+  Generator gen(7);
+  Tensor base = Tensor::randn({3, 4, 5, 6}, gen, DType::f64);
+  const std::vector<double> flat = base.to_vector<double>();
+  const std::vector<Tensor> views = {
+      base.permute({0, 2, 1, 3}),            // a head split: rows stay contiguous
+      base.permute({3, 1, 0, 2}),            // the last dimension strided
+      base.slice(3, 1, 6, 2).slice(1, 0, 4, 3),  // stepped rows and columns
+      base.select(2, 4).t(),
+      base.narrow(0, 1, 1).expand({4, 4, 5, 6}),  // stride 0 on a broadcast dimension
+      base.select(0, 2).select(0, 1).select(0, 3).select(0, 5),  // 0-d
+  };
+  for (const Tensor& view : views) {
+    CAPTURE(shape_str(view.shape()));
+    CHECK(view.contiguous().to_vector<double>() == read_through_strides(flat, view));
+    std::vector<double> as_f32 = view.to(DType::f32).to_vector<double>(), expected = read_through_strides(flat, view);
+    for (double& v : expected) v = double(float(v));
+    CHECK(as_f32 == expected);
+  }
+  // A strided destination, written from a broadcast source.
+  Tensor dst = Tensor::zeros({6, 5}, DType::f64);
+  dst.t().copy_(base.select(0, 0).select(0, 0).select(1, 2).unsqueeze(1));  // [5, 1] into the [5, 6] view
+  const std::vector<double> column = read_through_strides(flat, base.select(0, 0).select(0, 0).select(1, 2));
+  std::vector<double> got = dst.to_vector<double>();
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 5; ++j) CHECK(got[i * 5 + j] == column[j]);
+}
