@@ -8,6 +8,7 @@
 #include "headroom/ops/matmul.h"
 #include "headroom/ops/nn.h"
 #include "headroom/ops/reduce.h"
+#include "headroom/ops/shape.h"
 
 namespace headroom {
 
@@ -105,9 +106,13 @@ MoAAttention::MoAAttention(const MoAConfig& cfg, Generator& gen) : config(cfg), 
 }
 
 MoARouting MoAAttention::route_tokens(const Tensor& x_rows, const Tensor& query_padding) {
+  return route_logits(router->forward(x_rows), x_rows, query_padding);
+}
+
+MoARouting MoAAttention::route_logits(const Tensor& logits, const Tensor& x_rows, const Tensor& query_padding) {
   const int64_t rows = x_rows.size(0), E = config.num_experts, k = config.k;
   MoARouting r;
-  r.logits = router->forward(x_rows);  // [N, E]
+  r.logits = logits;  // [N, E]
   if (noise && is_training()) {  // drawn on the host from the layer's stream, as on the CPU
     Tensor eps = Tensor::randn({rows, E}, *gen_, r.logits.dtype()).to(x_rows.device());
     r.logits = r.logits + eps * (softplus(noise->forward(x_rows)) + 0.01);
@@ -167,10 +172,23 @@ MoAAttention::Prepared MoAAttention::prepare(const AttentionInput& in) {
     pad = in.query_padding.reshape({B * T});
   }
   Prepared p{B, T, x.reshape({B * T, config.dim}), {}, {}, {}};
-  p.routing = route_tokens(p.x_rows, pad);
-  p.kv = headroom::keys_values(in, [this](const Tensor& source) {  // MQA: one K/V head of width d_h
-    return std::make_pair(k_proj->forward(source).unsqueeze(1), v_proj->forward(source).unsqueeze(1));
-  });
+  if (in.memory.defined()) {  // cross-attention: K/V read the memory; MQA, one K/V head of width d_h
+    p.routing = route_tokens(p.x_rows, pad);
+    p.kv = headroom::keys_values(in, [this](const Tensor& source) {
+      return std::make_pair(k_proj->forward(source).unsqueeze(1), v_proj->forward(source).unsqueeze(1));
+    });
+  } else {
+    // Self-attention: the router and the shared K/V projections read the same
+    // rows, so one GEMM over their stacked weights serves all three (one pass
+    // over x forward, one dx product backward instead of three).
+    const int64_t E = config.num_experts, d_h = config.head_dim;
+    Tensor fused = linear(p.x_rows, cat({router->weight, k_proj->weight, v_proj->weight}, 0));  // [N, E + 2 d_h]
+    p.routing = route_logits(fused.narrow(1, 0, E), p.x_rows, pad);
+    p.kv = headroom::keys_values(in, [&](const Tensor&) {  // [B, 1, T, d_h] each
+      auto head = [&](int64_t first) { return fused.narrow(1, first, d_h).reshape({B, 1, T, d_h}); };
+      return std::make_pair(head(E), head(E + d_h));
+    });
+  }
   p.opts = attention_options(in, p.kv, config.attn_dropout, is_training());
   p.opts.scale = 1 / std::sqrt(double(config.head_dim));  // §2.3 step 7, applied inside the attention op
   p.opts.generator = gen_;

@@ -95,6 +95,8 @@ class MoAAttention : public Attention {
  private:
   struct Prepared;  // the pieces forward() and forward_dense_reference() share
   Prepared prepare(const AttentionInput& in);
+  // route_tokens with the router logits [N, E] already computed.
+  MoARouting route_logits(const Tensor& logits, const Tensor& x_rows, const Tensor& query_padding);
   AttentionOutput finish(const Prepared& prepared, const Tensor& out_rows) const;
   Generator* gen_;  // noise and sampling
 };
