@@ -10,7 +10,7 @@
 
 extern "C" {
 void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
+int openblas_get_parallel(void);  // 0: sequential build, 1: pthreads, 2: OpenMP
 }
 
 namespace headroom {
@@ -46,9 +46,20 @@ void set_num_threads(int n) {
 
 int num_threads() { return current(); }
 
-BlasSingleThreadGuard::BlasSingleThreadGuard() : previous_(num_threads()) {
-  openblas_set_num_threads(1);
+// The OpenMP build already runs on one thread when called inside a parallel
+// region, and its openblas_set_num_threads() would also shrink our own
+// OpenMP team (it calls omp_set_num_threads), so only the pthread build is
+// told.
+bool blas_has_own_pool() {
+  static const bool own_pool = openblas_get_parallel() == 1;
+  return own_pool;
 }
-BlasSingleThreadGuard::~BlasSingleThreadGuard() { openblas_set_num_threads(previous_); }
+
+BlasSingleThreadGuard::BlasSingleThreadGuard() : previous_(num_threads()) {
+  if (blas_has_own_pool()) openblas_set_num_threads(1);
+}
+BlasSingleThreadGuard::~BlasSingleThreadGuard() {
+  if (blas_has_own_pool()) openblas_set_num_threads(previous_);
+}
 
 }  // namespace headroom

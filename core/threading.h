@@ -1,8 +1,11 @@
 #pragma once
-// CPU thread count.  headroom parallelises with OpenMP and calls OpenBLAS;
-// Debian's OpenBLAS is the pthread build with its own pool, so the two are
-// set together, and OpenBLAS runs single-threaded inside our OpenMP regions
-// (otherwise two pools oversubscribe the cores).
+// CPU thread count.  headroom parallelises with OpenMP and calls OpenBLAS.
+// CMake prefers Debian's OpenMP build of OpenBLAS (libopenblas-openmp-dev),
+// which runs on the same libgomp thread pool as our kernels.  With the
+// default pthread build, OpenBLAS keeps a second pool of its own: the two
+// counts are set together, and OpenBLAS is made single-threaded inside our
+// OpenMP regions (otherwise two pools oversubscribe the cores), but its idle
+// threads still spin for a while after each call and slow our regions down.
 //
 // Default: the HEADROOM_NUM_THREADS environment variable if set, else the
 // number of cores.
@@ -12,7 +15,8 @@ void set_num_threads(int n);  // n >= 1
 int num_threads();
 
 // Put around (not inside) an OpenMP parallel region whose threads each call
-// OpenBLAS: OpenBLAS runs on one thread per caller for the scope.
+// OpenBLAS: OpenBLAS runs on one thread per caller for the scope (a no-op
+// with the OpenMP build, which does so by itself).
 class BlasSingleThreadGuard {
  public:
   BlasSingleThreadGuard();
