@@ -207,3 +207,29 @@ TEST_CASE("matmul and linear errors name both shapes") {
                         "[linear] expected inputs of one dtype, got f32 and f64");
   CHECK_THROWS_HEADROOM(linear(Tensor::scalar(1), Tensor::ones({5, 4})), "[linear] expected an input of shape [..., in], got ()");
 }
+
+// Products above the split threshold run as bands of rows (tall c) or of
+// columns (wide c), one per thread; every band must land in its place for
+// every operand layout, with a bias, and for any thread count.
+TEST_CASE("products cut into bands across threads match a triple loop (rows, columns, bias, batches)") {
+  const int saved_threads = num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    CAPTURE(threads);
+    for (bool transpose_a : {false, true})
+      for (bool transpose_b : {false, true})
+        for (auto [m, n] : {std::pair<int64_t, int64_t>{129, 37}, {37, 129}}) {  // tall, then wide
+          const int64_t k = 71;  // m * n * k > 2^18
+          Tensor a = transpose_a ? random({k, m}, DType::f64, 7).t() : random({m, k}, DType::f64, 7);
+          Tensor b = transpose_b ? random({n, k}, DType::f64, 8).t() : random({k, n}, DType::f64, 8);
+          check_against_reference(a, b);
+          Tensor bias = random({n}, DType::f64, 9);
+          std::vector<double> expected = reference_matmul(a, b).to_vector<double>(), bv = bias.to_vector<double>();
+          for (size_t i = 0; i < expected.size(); ++i) expected[i] += bv[i % n];
+          CHECK_CLOSE(linear(a, b.t(), bias), Tensor::from_vector(expected, {m, n}), 1e-12, 1e-12);
+        }
+    // Two matrices on three threads: two bands each.
+    check_against_reference(random({2, 129, 71}, DType::f64, 10), random({71, 37}, DType::f64, 11).expand({2, 71, 37}));
+  }
+  set_num_threads(saved_threads);
+}

@@ -25,9 +25,10 @@ struct MatrixStack {
 
 // c[i] = a[i] · b[i] (+ bias on every row) for each matrix i of the stacks.
 //   a[i]: [m, k]   b[i]: [k, n]   bias: [n] or nullptr   c: [batch, m, n] contiguous
-// With at least as many matrices as threads, OpenMP runs over the matrices
-// and each calls single-threaded OpenBLAS; otherwise each call is threaded.
-// Called inside an OpenMP parallel region, it runs on the calling thread.
+// OpenMP runs over the matrices, each cut into bands of rows or columns when
+// there are fewer matrices than threads; every band is one single-threaded
+// OpenBLAS call.  Called inside an OpenMP parallel region, it runs on the
+// calling thread.
 template <typename T>
 void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, const MatrixStack<T>& b,
                   const T* bias, T* c);
