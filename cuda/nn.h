@@ -60,9 +60,8 @@ struct NnKernels {
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                      const Tensor& row_loss, int64_t rows, int64_t classes,
                                      int64_t ignore_index, double smoothing) = 0;
-  // As cpu::cross_entropy_backward with dL/d(row loss of row r) =
-  // row_grad[r] * grad_scale, or row_grad[0] * grad_scale for every row when
-  // row_grad has one element (a reduced loss: no host read of the gradient).
+  // As cpu::cross_entropy_backward, broadcasting row_grad when it has one
+  // element (a reduced loss: no host read of the gradient).
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                       const Tensor& row_grad, double grad_scale, const Tensor& dlogits,
                                       int64_t rows, int64_t classes, int64_t ignore_index,

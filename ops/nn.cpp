@@ -358,22 +358,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   autograd::record(
       out, "cross_entropy", {logits}, {xc, tc, lse},
       [opts, rows, classes, scale](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-        // dL/d(row loss): g itself for none ([rows]), else g (a scalar) * scale.
+        // dL/d(row loss): g itself for none ([rows]), else g (a scalar, read by
+        // the kernel where it lives: no host sync on CUDA) * scale.
         const bool per_row = opts.reduction == Reduction::none;
+        const double grad_scale = per_row ? 1 : scale;
         Tensor gc = g.contiguous();
         Tensor dlogits = Tensor::empty(s[0].shape(), s[0].dtype(), s[0].device());
         run_kernel(
             dlogits,
-            [&](cuda::NnKernels& k) {  // reads the scalar g on the device: no host sync
-              k.cross_entropy_backward(s[0], s[1], s[2], gc, per_row ? 1 : scale, dlogits, rows, classes,
-                                       opts.ignore_index, opts.label_smoothing);
+            [&](cuda::NnKernels& k) {
+              k.cross_entropy_backward(s[0], s[1], s[2], gc, grad_scale, dlogits, rows, classes, opts.ignore_index,
+                                       opts.label_smoothing);
             },
             [&](auto zero) {
               using T = decltype(zero);
-              Tensor row_grad = per_row ? gc : Tensor::full({rows}, g.item() * scale, g.dtype());
-              cpu::cross_entropy_backward(s[0].data<T>(), s[1].data<int32_t>(), s[2].data<T>(),
-                                          row_grad.data<T>(), dlogits.data<T>(), rows, classes,
-                                          opts.ignore_index, opts.label_smoothing);
+              cpu::cross_entropy_backward(s[0].data<T>(), s[1].data<int32_t>(), s[2].data<T>(), gc.data<T>(),
+                                          !per_row, grad_scale, dlogits.data<T>(), rows, classes, opts.ignore_index,
+                                          opts.label_smoothing);
             });
         grads.add(0, dlogits);
       });

@@ -230,8 +230,8 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* r
 
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, const T* row_grad,
-                            T* dlogits, int64_t rows, int64_t classes, int64_t ignore_index,
-                            double smoothing) {
+                            bool broadcast_grad, double grad_scale, T* dlogits, int64_t rows, int64_t classes,
+                            int64_t ignore_index, double smoothing) {
   const T s = T(smoothing);
   const T uniform_share = s / T(classes);
 #pragma omp parallel for if (rows * classes > kParallelMin)
@@ -242,7 +242,7 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const T* ls
       std::fill(dr, dr + classes, T(0));
       continue;
     }
-    const T g = row_grad[r], lse_r = lse[r];
+    const T g = T(double(row_grad[broadcast_grad ? 0 : r]) * grad_scale), lse_r = lse[r];
 #pragma omp simd
     for (int64_t c = 0; c < classes; ++c) dr[c] = g * (std::exp(xr[c] - lse_r) - uniform_share);
     dr[targets[r]] -= g * (T(1) - s);
@@ -263,8 +263,8 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const T* ls
   template void embedding_backward<T>(const int32_t*, const T*, T*, int64_t, int64_t);            \
   template void cross_entropy_forward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t,      \
                                          int64_t, double);                                         \
-  template void cross_entropy_backward<T>(const T*, const int32_t*, const T*, const T*, T*,        \
-                                          int64_t, int64_t, int64_t, double);
+  template void cross_entropy_backward<T>(const T*, const int32_t*, const T*, const T*, bool, double, \
+                                          T*, int64_t, int64_t, int64_t, double);
 HEADROOM_NN_KERNELS(float)
 HEADROOM_NN_KERNELS(double)
 #undef HEADROOM_NN_KERNELS

@@ -54,11 +54,13 @@ void embedding_backward(const int32_t* indices, const T* dy, T* dweight, int64_t
 template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* row_loss, int64_t rows,
                            int64_t classes, int64_t ignore_index, double smoothing);
-// row_grad: [rows], dL/d(row loss).  dlogits: [rows, classes], 0 on ignored rows, else
-//   row_grad * (softmax - (1 - smoothing) * onehot(target) - smoothing / classes)
+// dL/d(row loss of row r) = row_grad[r] * grad_scale, or row_grad[0] * grad_scale
+// for every row when broadcast_grad (a reduced loss).  dlogits: [rows, classes],
+// 0 on ignored rows, else that gradient * (softmax - (1 - smoothing) * onehot(target)
+// - smoothing / classes).
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, const T* row_grad,
-                            T* dlogits, int64_t rows, int64_t classes, int64_t ignore_index,
-                            double smoothing);
+                            bool broadcast_grad, double grad_scale, T* dlogits, int64_t rows, int64_t classes,
+                            int64_t ignore_index, double smoothing);
 
 }  // namespace headroom::cpu
