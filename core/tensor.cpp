@@ -347,13 +347,11 @@ void copy_elements(const Tensor& src, const Tensor& dst) {
 
 // ---- in-place writes -------------------------------------------------------------
 
-namespace {
 void check_inplace_allowed(const char* op, const Tensor& t) {
   HEADROOM_CHECK(!(t.requires_grad() && autograd::grad_enabled()), "[", op,
                  "] in-place write to a tensor that requires grad (shape ", shape_str(t.shape()),
                  "); autograd could not track it: use NoGradGuard or an out-of-place op");
 }
-}  // namespace
 
 Tensor& Tensor::fill_(double value) {
   check_inplace_allowed("fill_", *this);

@@ -165,6 +165,9 @@ Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offse
 void check_same_device(const char* op, const std::vector<Tensor>& tensors);
 // Throws "[op] expected dtype f32 or f64, got i32" style errors.
 void check_floating(const char* op, const Tensor& t, const char* what = "input");
+// In-place writes are refused on tensors that require grad while grad mode is
+// on: autograd could not see the change.
+void check_inplace_allowed(const char* op, const Tensor& t);
 void check_dtype(const char* op, const Tensor& t, DType expected, const char* what = "input");
 // Kernels in this build exist for the CPU only; the CUDA issue adds the others.
 void check_cpu(const char* op, const std::vector<Tensor>& tensors);

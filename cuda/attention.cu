@@ -633,7 +633,7 @@ void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, c
          v.data<T>(), lse.data<T>(), dout.data<T>(), row_dot.data<T>(), dk_out.data<T>(), dv_out.data<T>());
   if (shared_kv) {
     const int64_t slice = p.num_keys * d;
-    sum_heads_kernel<T><<<std::min(grid_for(p.batch * slice), 65535u), kThreads, 0, stream(device.index)>>>(
+    sum_heads_kernel<T><<<capped_grid(p.batch * slice), kThreads, 0, stream(device.index)>>>(
         partial_k.data<T>(), partial_v.data<T>(), dk.data<T>(), dv.data<T>(), p.batch, int(p.heads), slice);
     check_launch("attention sum_heads_kernel");
   }

@@ -33,9 +33,6 @@ __global__ void fill_kernel(T* dst, Layout layout, T value, int64_t n) {
     dst[element_offset(layout, i)] = value;
 }
 
-// Grid-stride loops: at most this many blocks, whatever n is.
-unsigned capped_grid(int64_t n) { return std::min(grid_for(n), 65535u); }
-
 // Element pointers of a tensor's storage (the layouts carry the offset).
 template <typename T>
 T* storage_data(const Tensor& t) {

@@ -20,6 +20,7 @@ using cpu::LogicalOp;
 using cpu::UnaryArgs;
 using cpu::UnaryOp;
 using elementwise::with_binary;
+using elementwise::with_compare;
 using elementwise::with_unary;
 
 // ---- operands: a data pointer and a layout over the output's shape -------------------
@@ -81,8 +82,7 @@ void map_elements(const char* name, Fn fn, const Tensor& out, const Tensors&... 
   if (n == 0) return;
   const int device = out.device().index;
   DeviceGuard guard(device);
-  const unsigned blocks = std::min(grid_for(n), 65535u);  // grid-stride loop beyond that
-  map_kernel<Out, Fn, In...><<<blocks, kThreads, 0, stream(device)>>>(fn, out.data<Out>(), n,
+  map_kernel<Out, Fn, In...><<<capped_grid(n), kThreads, 0, stream(device)>>>(fn, out.data<Out>(), n,
                                                                       operand<In>(in, out.shape(), name)...);
   check_launch(name);
 }
@@ -118,26 +118,7 @@ struct UnaryGrad {
   template <typename T> __device__ T operator()(T x, T g) const { return g * f.grad(x); }
 };
 
-// ---- comparisons and masks -----------------------------------------------------------------
-
-struct Eq { template <typename T> __device__ uint8_t operator()(T a, T b) const { return a == b; } };
-struct Ne { template <typename T> __device__ uint8_t operator()(T a, T b) const { return a != b; } };
-struct Lt { template <typename T> __device__ uint8_t operator()(T a, T b) const { return a < b; } };
-struct Le { template <typename T> __device__ uint8_t operator()(T a, T b) const { return a <= b; } };
-struct Gt { template <typename T> __device__ uint8_t operator()(T a, T b) const { return a > b; } };
-struct Ge { template <typename T> __device__ uint8_t operator()(T a, T b) const { return a >= b; } };
-
-template <typename Body>
-void with_compare(CompareOp op, Body body) {
-  switch (op) {
-    case CompareOp::eq: return body(Eq{});
-    case CompareOp::ne: return body(Ne{});
-    case CompareOp::lt: return body(Lt{});
-    case CompareOp::le: return body(Le{});
-    case CompareOp::gt: return body(Gt{});
-    case CompareOp::ge: return body(Ge{});
-  }
-}
+// ---- masks (the comparisons are in ops/elementwise_math.h) -----------------------------------
 
 struct Logical {
   bool both;  // and: both; or: either

@@ -19,7 +19,6 @@ namespace headroom::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr unsigned kMaxGrid = 65535;   // blocks of the grid-stride loops
 constexpr int64_t kRowsPerChunk = 64;  // rows per partial sum of the column reductions
 
 template <typename T>
@@ -95,8 +94,7 @@ unsigned row_threads(int64_t n) {
   return threads;
 }
 
-unsigned row_grid(int64_t rows) { return unsigned(std::min<int64_t>(rows, kMaxGrid)); }
-unsigned capped_grid(int64_t n) { return std::min(grid_for(n), kMaxGrid); }
+unsigned row_grid(int64_t rows) { return unsigned(std::min<int64_t>(rows, kMaxGridStrideBlocks)); }
 
 #define HEADROOM_GRID_STRIDE(i, n)                                          \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \

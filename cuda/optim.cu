@@ -9,9 +9,6 @@ namespace headroom::cuda {
 
 namespace {
 
-// Grid-stride loops: at most this many blocks, whatever n is.
-unsigned capped_grid(int64_t n) { return std::min(grid_for(n), 65535u); }
-
 // Blocks per tensor of the sum of squares: each writes one partial sum.
 constexpr unsigned kPartialBlocks = 128;
 

@@ -184,7 +184,7 @@ struct CudaReduceKernels final : ReduceKernels {
     DeviceGuard guard(device);
     dispatch_floating(g.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      scatter_kernel<T><<<std::min(grid_for(total), 65535u), kThreads, 0, stream(device)>>>(
+      scatter_kernel<T><<<capped_grid(total), kThreads, 0, stream(device)>>>(
           g.data<T>(), indices.data<int32_t>(), dims, grad.data<T>());
     });
     check_launch("scatter_to_indices");

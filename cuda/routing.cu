@@ -27,9 +27,6 @@ constexpr int kWarp = 32;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Grid-stride loops: at most this many blocks, whatever n is.
-unsigned capped_grid(int64_t n) { return std::min(grid_for(n), 65535u); }
-
 // The i-th item of a grid-stride loop over threads, or over whole warps.
 __device__ int64_t thread_index() { return blockIdx.x * int64_t(blockDim.x) + threadIdx.x; }
 __device__ int64_t thread_count() { return int64_t(gridDim.x) * blockDim.x; }

@@ -53,6 +53,14 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
+// Blocks of a grid-stride loop over n items: grid_for(n), capped at 65535
+// (the loop covers the rest), so any n launches.
+constexpr unsigned kMaxGridStrideBlocks = 65535;
+inline unsigned capped_grid(int64_t n) {
+  const unsigned blocks = grid_for(n);
+  return blocks < kMaxGridStrideBlocks ? blocks : kMaxGridStrideBlocks;
+}
+
 // After a launch: throws with the kernel's name if the launch failed.
 void check_launch(const char* kernel);
 

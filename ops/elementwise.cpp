@@ -4,7 +4,6 @@
 // functor in ops/cpu/elementwise.cpp (and its device twin in cuda/elementwise.cu).
 #include "headroom/ops/elementwise.h"
 
-#include "headroom/autograd/grad_mode.h"
 #include "headroom/autograd/node.h"
 #include "headroom/cuda/elementwise.h"
 #include "headroom/ops/cpu/elementwise.h"
@@ -110,8 +109,7 @@ void add_(const Tensor& target, const Tensor& other) {
   HEADROOM_CHECK(target.shape() == other.shape() && target.is_contiguous(), "[add_] expected a contiguous target "
                  "and an addend of the same shape, got ", shape_str(target.shape()),
                  target.is_contiguous() ? "" : " (strided)", " and ", shape_str(other.shape()));
-  HEADROOM_CHECK(!(target.requires_grad() && autograd::grad_enabled()), "[add_] in-place write to a tensor that "
-                 "requires grad (shape ", shape_str(target.shape()), "); use NoGradGuard or add()");
+  check_inplace_allowed("add_", target);
   check_floating("add_", target);
   // Element i reads target[i] before writing it, so the aliasing is safe.
   if (target.device().is_cuda()) cuda::elementwise_kernels().binary(cpu::BinaryOp::add, target, other, target);

@@ -2,11 +2,12 @@
 // The element-wise ops' scalar formulas, shared by the CPU kernels
 // (ops/cpu/elementwise.cpp) and the CUDA kernels (cuda/elementwise.cu), so
 // both devices compute every value and derivative with the same expression.
-// Each functor holds an op's value and its derivative(s); with_binary and
-// with_unary turn the op enum into a functor.  The std:: math functions are
+// Each functor holds an op's value and its derivative(s); with_binary,
+// with_unary and with_compare turn the op enum into a functor.  The std:: math functions are
 // callable in CUDA device code too.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "headroom/core/rng.h"  // HEADROOM_HOST_DEVICE
 #include "headroom/ops/cpu/elementwise.h"
@@ -14,6 +15,7 @@
 namespace headroom::elementwise {
 
 using cpu::BinaryOp;
+using cpu::CompareOp;
 using cpu::UnaryArgs;
 using cpu::UnaryOp;
 
@@ -193,6 +195,27 @@ void with_unary(UnaryOp op, UnaryArgs args, Body body) {
     case UnaryOp::silu: return body(Silu{});
     case UnaryOp::abs: return body(Abs{});
     case UnaryOp::clamp: return body(Clamp{args.min, args.max});
+  }
+}
+
+// ---- comparisons: 1 or 0 (b8 masks) ----------------------------------------------
+
+struct Eq { template <typename T> HEADROOM_HOST_DEVICE uint8_t operator()(T a, T b) const { return a == b; } };
+struct Ne { template <typename T> HEADROOM_HOST_DEVICE uint8_t operator()(T a, T b) const { return a != b; } };
+struct Lt { template <typename T> HEADROOM_HOST_DEVICE uint8_t operator()(T a, T b) const { return a < b; } };
+struct Le { template <typename T> HEADROOM_HOST_DEVICE uint8_t operator()(T a, T b) const { return a <= b; } };
+struct Gt { template <typename T> HEADROOM_HOST_DEVICE uint8_t operator()(T a, T b) const { return a > b; } };
+struct Ge { template <typename T> HEADROOM_HOST_DEVICE uint8_t operator()(T a, T b) const { return a >= b; } };
+
+template <typename Body>
+void with_compare(CompareOp op, Body body) {
+  switch (op) {
+    case CompareOp::eq: return body(Eq{});
+    case CompareOp::ne: return body(Ne{});
+    case CompareOp::lt: return body(Lt{});
+    case CompareOp::le: return body(Le{});
+    case CompareOp::gt: return body(Gt{});
+    case CompareOp::ge: return body(Ge{});
   }
 }
 

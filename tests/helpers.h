@@ -102,3 +102,45 @@ struct TempDir {
 // message contains the substring.
 #define CHECK_THROWS_HEADROOM(expr, substring) \
   CHECK_THROWS_WITH_AS(expr, doctest::Contains(substring), ::headroom::Error)
+
+namespace headroom::testing {
+
+// One attention layer's output, aux loss and the gradients of
+// L = Σ out·dout + aux with respect to every parameter (in order), then x.
+struct LayerPass {
+  Tensor out, aux;
+  std::vector<Tensor> grads;
+};
+
+// Runs `layer` (its routed or its dense-reference path) on a fresh leaf copy
+// of x_value; `shape` gives the rest of the input (memory, causal, masks).
+template <typename Layer>
+LayerPass layer_pass(Layer& layer, bool dense, const Tensor& x_value, const Tensor& dout, const AttentionInput& shape) {
+  layer.zero_grad();
+  Tensor x = x_value.detach().clone().set_requires_grad();
+  AttentionInput in = shape;
+  in.x = x;
+  AttentionOutput o = dense ? layer.forward_dense_reference(in) : layer.forward(in);
+  Tensor loss = sum(o.out * dout);
+  if (o.aux_loss.defined()) loss = loss + o.aux_loss;
+  loss.backward();
+  LayerPass pass{o.out, o.aux_loss, {}};
+  for (const Tensor& p : layer.parameters()) pass.grads.push_back(p.grad());
+  pass.grads.push_back(x.grad());
+  return pass;
+}
+
+// Same output, aux loss and gradients (a gradient may be undefined on both sides).
+inline void check_same_pass(const LayerPass& a, const LayerPass& b, double tol) {
+  CHECK_CLOSE(a.out, b.out, tol, tol);
+  REQUIRE(a.aux.defined() == b.aux.defined());
+  if (a.aux.defined()) CHECK_CLOSE(a.aux, b.aux, tol, tol);
+  REQUIRE(a.grads.size() == b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    INFO("gradient ", i);
+    REQUIRE(a.grads[i].defined() == b.grads[i].defined());
+    if (a.grads[i].defined()) CHECK_CLOSE(a.grads[i], b.grads[i], tol, tol);
+  }
+}
+
+}  // namespace headroom::testing

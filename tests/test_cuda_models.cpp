@@ -11,6 +11,8 @@
 using namespace headroom;
 using headroom::testing::compare;
 using headroom::testing::TempDir;
+using headroom::testing::check_same_pass;
+using headroom::testing::layer_pass;
 
 namespace {
 
@@ -103,41 +105,6 @@ std::pair<std::shared_ptr<DecoderLM>, std::shared_ptr<DecoderLM>> twin_models(co
   auto on_cuda = std::make_shared<DecoderLM>(c, cuda_gen);
   on_cuda->to(kCuda);
   return {on_cpu, on_cuda};
-}
-
-// Outputs, aux losses and every gradient of one attention layer's routed and
-// dense-masked paths, for a seed gradient on out and aux together.
-struct LayerPass {
-  Tensor out, aux;
-  std::vector<Tensor> grads;  // parameters', then x's
-};
-
-template <typename Layer>
-LayerPass layer_pass(Layer& layer, bool dense, const Tensor& x_value, const Tensor& dout, const AttentionInput& shape) {
-  layer.zero_grad();
-  Tensor x = x_value.detach().clone().set_requires_grad();
-  AttentionInput in = shape;
-  in.x = x;
-  AttentionOutput o = dense ? layer.forward_dense_reference(in) : layer.forward(in);
-  Tensor loss = sum(o.out * dout);
-  if (o.aux_loss.defined()) loss = loss + o.aux_loss;
-  loss.backward();
-  LayerPass pass{o.out, o.aux_loss, {}};
-  for (const Tensor& p : layer.parameters()) pass.grads.push_back(p.grad());
-  pass.grads.push_back(x.grad());
-  return pass;
-}
-
-void check_same_pass(const LayerPass& a, const LayerPass& b, double tol) {
-  CHECK_CLOSE(a.out, b.out, tol, tol);
-  REQUIRE(a.aux.defined() == b.aux.defined());
-  if (a.aux.defined()) CHECK_CLOSE(a.aux, b.aux, tol, tol);
-  REQUIRE(a.grads.size() == b.grads.size());
-  for (size_t i = 0; i < a.grads.size(); ++i) {
-    INFO("gradient ", i);
-    REQUIRE(a.grads[i].defined() == b.grads[i].defined());
-    if (a.grads[i].defined()) CHECK_CLOSE(a.grads[i], b.grads[i], tol, tol);
-  }
 }
 
 }  // namespace

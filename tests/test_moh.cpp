@@ -12,6 +12,9 @@
 #include "helpers.h"
 
 using namespace headroom;
+using headroom::testing::check_same_pass;
+using headroom::testing::layer_pass;
+using headroom::testing::LayerPass;
 using Scaling = MoHConfig::GateScaling;
 using Router = MoHConfig::Router;
 
@@ -91,39 +94,6 @@ ReferenceRouting reference_routing(const MoHAttention& m, const Tensor& x, bool 
   }
   for (int64_t e = 0; e < routed; ++e) ref.balance += (prob_sum[e] / n) * (picked_count[e] / n);
   return ref;
-}
-
-// Output, aux loss and the gradients of L = Σ out·dy + aux with respect to
-// every parameter (in order), then x.
-struct Pass {
-  Tensor out, aux;
-  std::vector<Tensor> grads;
-};
-
-Pass run(MoHAttention& m, bool dense, const Tensor& x_value, const Tensor& dy, bool causal = true) {
-  m.zero_grad();
-  Tensor x = x_value.clone().set_requires_grad();
-  AttentionInput in{x, Tensor(), causal};
-  AttentionOutput o = dense ? m.forward_dense_reference(in) : m.forward(in);
-  Tensor loss = sum(o.out * dy);
-  if (o.aux_loss.defined()) loss = loss + o.aux_loss;
-  loss.backward();
-  Pass pass{o.out, o.aux_loss, {}};
-  for (const Tensor& p : m.parameters()) pass.grads.push_back(p.grad());
-  pass.grads.push_back(x.grad());
-  return pass;
-}
-
-void check_same_pass(const Pass& a, const Pass& b, double tol) {
-  CHECK_CLOSE(a.out, b.out, tol, tol);
-  CHECK(a.aux.defined() == b.aux.defined());
-  if (a.aux.defined()) CHECK_CLOSE(a.aux, b.aux, tol, tol);
-  REQUIRE(a.grads.size() == b.grads.size());
-  for (size_t i = 0; i < a.grads.size(); ++i) {
-    REQUIRE(a.grads[i].defined());
-    REQUIRE(b.grads[i].defined());
-    CHECK_CLOSE(a.grads[i], b.grads[i], tol, tol);
-  }
 }
 
 // The output and (training) the aux loss as one vector, for gradchecks.
@@ -311,9 +281,10 @@ TEST_CASE("MoH routed path equals the dense reference: output, aux loss and ever
     spread_routers(m, gen);
     Tensor x = Tensor::randn({2, 5, c.config.mha.dim}, gen), dy = Tensor::randn({2, 5, c.config.mha.dim}, gen);
     manual_seed(12);  // both paths draw the same dropout mask, indexed by (b, head, t, s)
-    Pass routed = run(m, false, x, dy);
+    LayerPass routed = layer_pass(m, false, x, dy, AttentionInput{Tensor(), Tensor(), true});
+    for (const Tensor& g : routed.grads) REQUIRE(g.defined());  // every parameter, and x, gets a gradient
     manual_seed(12);
-    check_same_pass(routed, run(m, true, x, dy), 1e-5);
+    check_same_pass(routed, layer_pass(m, true, x, dy, AttentionInput{Tensor(), Tensor(), true}), 1e-5);
   }
 }
 
@@ -407,7 +378,7 @@ TEST_CASE("MoH matches a frozen PyTorch MoH (code scaling, learned router): outp
   Tensor x = f.get("x"), dy = f.get("grad_out");
   for (bool dense : {false, true}) {
     CAPTURE(dense);
-    Pass pass = run(m, dense, x, dy);
+    LayerPass pass = layer_pass(m, dense, x, dy, AttentionInput{Tensor(), Tensor(), true});
     CHECK_CLOSE(pass.out, f.get("out"), 1e-5, 1e-5);
     CHECK_CLOSE(pass.aux.reshape({1}), f.get("aux").reshape({1}), 1e-6, 1e-6);
     NamedTensors params = m.named_parameters();

@@ -5,7 +5,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <tuple>
 #include <utility>
 
@@ -15,6 +14,7 @@ namespace headroom::cpu {
 namespace {
 
 using elementwise::with_binary;
+using elementwise::with_compare;
 using elementwise::with_unary;
 
 // Loops over fewer elements stay on one thread: starting a team costs more.
@@ -79,20 +79,6 @@ void map_impl(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>&
 template <typename Out, typename... In, typename Fn>
 void map_elements(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>& in) {
   map_impl<Out, In...>(fn, out, in, std::index_sequence_for<In...>{});
-}
-
-// ---- comparisons and masks ----------------------------------------------------------
-
-template <typename Body>
-void with_compare(CompareOp op, Body body) {
-  switch (op) {
-    case CompareOp::eq: return body(std::equal_to<>{});
-    case CompareOp::ne: return body(std::not_equal_to<>{});
-    case CompareOp::lt: return body(std::less<>{});
-    case CompareOp::le: return body(std::less_equal<>{});
-    case CompareOp::gt: return body(std::greater<>{});
-    case CompareOp::ge: return body(std::greater_equal<>{});
-  }
 }
 
 }  // namespace
