@@ -5,9 +5,11 @@
 #include <cmath>
 #include <memory>
 
+#include "headroom/autograd/grad_mode.h"
 #include "headroom/autograd/node.h"
 #include "headroom/cuda/attention.h"
 #include "headroom/ops/cpu/attention.h"
+#include "headroom/ops/routing.h"
 
 namespace headroom {
 namespace {
@@ -89,30 +91,48 @@ void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, c
   });
 }
 
+// The kernels' order of the caller's rows: kernel row i is caller row
+// to_kernel[i], caller row r is kernel row from_kernel[r] (both i32 [R]).
+// Undefined: the same order.
+struct RowOrder {
+  Tensor to_kernel, from_kernel;
+};
+
+// rows [R, d_h] reordered as `index` says (row i = rows[index[i]]), outside autograd.
+Tensor reordered(const Tensor& rows, const Tensor& index) {
+  if (!index.defined()) return rows;
+  NoGradGuard no_grad;
+  return index_select(rows, 0, index);
+}
+
 // The op both forms share.  q_rows [R, d_h]; k, v [B, h_kv, S, d_h] → [R, d_h].
+// The problem's rows are in the kernel's order; q and the result in the caller's.
 Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, const Tensor& v,
-                      AttentionProblem problem, const Tensor& key_padding_mask) {
+                      AttentionProblem problem, const Tensor& key_padding_mask, const RowOrder& rows = {}) {
   Tensor q_c = q_rows.contiguous(), k_c = k.contiguous(), v_c = v.contiguous();
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   problem.key_padding = mask.defined() ? mask.data<uint8_t>() : nullptr;
-  Tensor out = Tensor::empty(q_c.shape(), q_c.dtype(), q_c.device());  // [R, d_h]
+  Tensor q_kernel = reordered(q_c, rows.to_kernel);                                        // [R, d_h]
+  Tensor out_kernel = Tensor::empty(q_c.shape(), q_c.dtype(), q_c.device());               // [R, d_h]
   Tensor lse = Tensor::empty({q_c.size(0)}, q_c.dtype(), q_c.device());  // [R]: log-sum-exp of each row's scores
-  run_forward(problem, q_c, k_c, v_c, out, lse);
+  run_forward(problem, q_kernel, k_c, v_c, out_kernel, lse);
+  Tensor out = rows.from_kernel.defined() ? reordered(out_kernel, rows.from_kernel) : out_kernel;
 
-  // Backward recomputes P from q, k and lse (cpu/attention.h).
+  // Backward recomputes P from q, k and lse (cpu/attention.h), all in the kernel's order.
   auto shared = std::make_shared<const AttentionProblem>(std::move(problem));
   autograd::record(
-      out, op, {q_c, k_c, v_c}, {q_c, k_c, v_c, out.detach(), lse, mask},
+      out, op, {q_c, k_c, v_c}, {q_kernel, k_c, v_c, out_kernel.detach(), lse, mask, rows.to_kernel, rows.from_kernel},
       [shared](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
         const Tensor &q = s[0], &k = s[1], &v = s[2], &out = s[3], &lse = s[4], &mask = s[5];
+        const RowOrder rows{s[6], s[7]};
         AttentionProblem p = *shared;
         p.key_padding = mask.defined() ? mask.data<uint8_t>() : nullptr;
-        Tensor dout = g.contiguous();                      // [R, d_h]
+        Tensor dout = reordered(g.contiguous(), rows.to_kernel);      // [R, d_h]
         Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());  // [R, d_h]
         Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());  // [B, h_kv, S, d_h]
         Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
         run_backward(p, q, k, v, out, lse, dout, dq, dk, dv);
-        if (grads.wants(0)) grads.add(0, dq);
+        if (grads.wants(0)) grads.add(0, reordered(dq, rows.from_kernel));
         if (grads.wants(1)) grads.add(1, dk);
         if (grads.wants(2)) grads.add(2, dv);
       });
@@ -149,11 +169,27 @@ Tensor routed_attention(const Tensor& q_rows, const Tensor& k, const Tensor& v, 
   const int64_t heads = plan.num_segments, d_h = q_rows.size(1);
   check_inputs(op, q_rows, k, v, k.size(0), heads, d_h, opts);
 
+  AttentionProblem p = make_problem(k, heads, seq_len, d_h, opts);
+  const bool shared_kv = k.size(1) == 1;
+  if (shared_kv && !q_rows.device().is_cuda()) {
+    // With one K/V head for all heads (MoA), a row's output depends only on its
+    // query and its token, so the CPU kernel takes the rows in token order:
+    // one group per batch, sorted by position, k rows per position, whose
+    // tiles meet the causal diagonal as dense attention's do.  Grouped by head,
+    // a tile's rows would spread over the whole sequence, most key blocks
+    // seen by only part of it (1.15-1.2x slower for MoA at T = 256).
+    const std::vector<int32_t> segment = plan.segment.to_vector<int32_t>(), position = plan.position.to_vector<int32_t>();
+    for (int64_t b = 0; b < k.size(0); ++b) p.groups.push_back({b * seq_len * plan.k, (b + 1) * seq_len * plan.k, b, 0});
+    for (int64_t pair = 0; pair < plan.rows(); ++pair) {  // pair = token * k + slot
+      p.positions.push_back(int32_t(pair / plan.k % seq_len));
+      p.row_heads.push_back(segment[position[pair]]);
+    }
+    return attention_rows(op, q_rows, k, v, std::move(p), opts.key_padding_mask, {plan.position, plan.order});
+  }
   // One group per (segment = head, batch): a segment's rows are in token
   // order, so each batch's rows form one run, sorted by position.  The groups
   // are built on the host (a copy of the plan's offsets and order when it
   // lives on the device).
-  AttentionProblem p = make_problem(k, heads, seq_len, d_h, opts);
   p.positions.resize(plan.rows());
   const std::vector<int32_t> offsets = plan.offsets.to_vector<int32_t>(), order = plan.order.to_vector<int32_t>();
   for (int64_t head = 0; head < heads; ++head) {

@@ -112,8 +112,9 @@ void apply_dropout(const AttentionProblem& p, const Tile<T>& tile, int64_t s0, i
   const T kept_scale = T(1 / (1 - p.dropout));
   for (int64_t i = 0; i < tile.rows; ++i) {
     const int64_t t = p.positions[tile.row0 + i];
+    const int64_t head = p.row_heads.empty() ? tile.head : p.row_heads[tile.row0 + i];
     const uint64_t first =
-        p.dropout_first + uint64_t(((tile.batch * p.heads + tile.head) * p.seq_len + t) * p.num_keys + s0);
+        p.dropout_first + uint64_t(((tile.batch * p.heads + head) * p.seq_len + t) * p.num_keys + s0);
     dropout_apply(x + i * n, y + i * n, n, p.dropout_seed, first, p.dropout, kept_scale);
   }
 }

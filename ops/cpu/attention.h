@@ -7,7 +7,9 @@
 // keys of one K/V sequence; its rows are sorted by query position.
 //   dense:  R = B*h*T, group (b, head) = rows [(b*h + head)*T, +T), position t
 //   routed: R = plan rows, group = the rows of segment `head` whose token is in
-//           batch b (rows of a segment are in token order), position token % T
+//           batch b (rows of a segment are in token order), position token % T;
+//           with K/V shared by all heads, the rows in token order instead
+//           (ops/attention.cpp), group = batch b, each row's head in row_heads
 // A group is cut into tiles of kQueryTile rows; a tile meets the keys in
 // blocks of kKeyBlock.  With a causal mask a tile only visits the keys its
 // last (latest) row can see, so blocks beyond the diagonal are skipped.
@@ -50,6 +52,8 @@ struct AttentionProblem {
                                                   // (cpu::dropout_apply's convention)
   std::vector<AttentionGroup> groups;
   std::vector<int32_t> positions;  // [R]: query position t of each row
+  std::vector<int32_t> row_heads;  // [R]: the head of each row, when a group mixes heads
+                                   // (K/V shared); empty: every row has its group's head
 };
 
 // q [R, d_h]; k, v [B, h_kv, S, d_h]; out [R, d_h]; lse [R].  All contiguous.
