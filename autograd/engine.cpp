@@ -175,6 +175,7 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
     for (const Edge& e : node.inputs) wanted.push_back(e.active());
     Grads grads(wanted, node.input_shapes, node.name);
     node.backward(node.saved, grad_out, grads);
+    grad_out = Tensor();  // a view of it passed on (reshape's gradient) may now own its storage alone
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       Tensor g = grads.take(i);
       if (!g.defined()) continue;
