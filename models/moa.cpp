@@ -28,13 +28,12 @@ Tensor softplus(const Tensor& x) {
 // v / max(‖v‖₁, 1e-12) for v >= 0 (F.normalize(p=1) of the official code).
 Tensor l1_normalise(const Tensor& v) { return v / maximum(sum(v), 1e-12); }
 
-// The chosen experts of every row of p [N, E]: the top k, or in sampling mode
-// the top k - s and then s more drawn without replacement from the others
+// The chosen experts of every row of p [N, E] in sampling mode: the top
+// k - s and then s more drawn without replacement from the others
 // with probability ∝ p + 1e-6 (§2.3 step 4).  Returns i32 [N, k] on probs'
 // device.  Sampling runs on the host, row by row from the generator's stream
 // (the same draws on every device); on CUDA that costs a round trip.
 Tensor select_experts(const Tensor& probs, int64_t k, int64_t sampled, Generator& gen) {
-  if (sampled == 0) return topk(probs, k).indices;
   const int64_t rows = probs.size(0), experts = probs.size(1), kept = k - sampled;
   std::vector<double> p = probs.to_vector<double>();
   std::vector<int32_t> top = kept > 0 ? topk(probs, kept).indices.to_vector<int32_t>() : std::vector<int32_t>();
@@ -120,8 +119,15 @@ MoARouting MoAAttention::route_logits(const Tensor& logits, const Tensor& x_rows
   r.probs = softmax(r.logits, -1);  // over all E experts, before top-k
   if (query_padding.defined()) r.probs = r.probs * logical_not(query_padding).to(r.probs.dtype()).unsqueeze(1);
 
-  r.indices = select_experts(r.probs.detach(), k, is_training() ? config.sample_topk : 0, *gen_);
-  r.gates = index_select(r.probs.reshape({rows * E}), 0, flat_indices(r.indices, E)).view({rows, k});
+  const int64_t sampled = is_training() ? config.sample_topk : 0;
+  if (sampled == 0) {  // the gates are the top-k probabilities themselves
+    TopK top = topk(r.probs, k);
+    r.indices = top.indices;
+    r.gates = top.values;
+  } else {
+    r.indices = select_experts(r.probs.detach(), k, sampled, *gen_);
+    r.gates = index_select(r.probs.reshape({rows * E}), 0, flat_indices(r.indices, E)).view({rows, k});
+  }
 
   // The k-hot mask and the load c_e, which counts only gates > 0 (pads drop out).
   r.selected = k_hot(r.indices, E, r.probs.dtype());
