@@ -193,20 +193,33 @@ template <typename T>
 void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const int32_t* offsets, int64_t segments,
                             const T* w, int64_t in, int64_t out_features, bool transpose_w, int64_t tokens, T* out) {
   const int64_t y_width = transpose_w ? out_features : in, out_width = transpose_w ? in : out_features;
-  // Tokens [t0, t1): each segment's rows of these tokens are one run; its
-  // products go through a per-thread buffer into the token rows.
+  // Tokens [t0, t1): each segment's rows of these tokens are one run.  All
+  // their products go to a per-thread buffer, then each token row is written
+  // once, as the sum of its k products in segment order.
   auto block = [&](int64_t t0, int64_t t1) {
-    std::fill(out + t0 * out_width, out + t1 * out_width, T(0));
+    if (k == 0) return std::fill(out + t0 * out_width, out + t1 * out_width, T(0));  // tokens routed nowhere
+    const int64_t rows = (t1 - t0) * k;
+    T* products = thread_buffer<T>(0, rows * out_width);  // [rows, out_width], segment after segment
+    std::vector<int64_t> product_of(rows), filled(t1 - t0, 0);  // token t0 + t's i-th: product_of[t * k + i]
+    int64_t done = 0;
     for (int64_t e = 0; e < segments; ++e) {
       const int64_t lo = first_row_of_token(order, k, offsets[e], offsets[e + 1], t0);
       const int64_t hi = first_row_of_token(order, k, lo, offsets[e + 1], t1);
       if (lo == hi) continue;
-      T* products = thread_buffer<T>(0, (hi - lo) * out_width);  // [hi - lo, out_width]
       gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, hi - lo, out_width, y_width, y + lo * y_width,
-           y_width, w + e * in * out_features, out_features, products, out_width);
+           y_width, w + e * in * out_features, out_features, products + done * out_width, out_width);
       for (int64_t r = lo; r < hi; ++r) {
-        T* to = out + int64_t(order[r] / k) * out_width;
-        const T* from = products + (r - lo) * out_width;
+        const int64_t t = order[r] / k - t0;
+        product_of[t * k + filled[t]++] = done + (r - lo);
+      }
+      done += hi - lo;
+    }
+    for (int64_t t = 0; t < t1 - t0; ++t) {
+      T* to = out + (t0 + t) * out_width;  // [out_width]
+      const T* first = products + product_of[t * k] * out_width;
+      std::copy(first, first + out_width, to);
+      for (int64_t i = 1; i < k; ++i) {
+        const T* from = products + product_of[t * k + i] * out_width;
         for (int64_t c = 0; c < out_width; ++c) to[c] += from[c];
       }
     }

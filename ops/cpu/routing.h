@@ -61,7 +61,8 @@ void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets,
 
 // The transpose of gathering: out[t] = Σ over segments e ascending, rows r of e
 // whose token order[r] / k is t, of y[r] · w[e].  Parallel over blocks of
-// tokens, each summing its rows in that fixed order (deterministic).
+// tokens, each summing its rows in that fixed order (deterministic).  Every
+// token has exactly k rows, as in a plan from route().
 // y: [R, out or in]  order: [R]  out: [tokens, in or out]
 template <typename T>
 void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const int32_t* offsets, int64_t segments,
