@@ -201,6 +201,14 @@ TEST_CASE("logsumexp is stable and handles -inf; sums of f32 accumulate in doubl
   std::vector<double> lse = logsumexp(ninf, {1}).to_vector<double>();
   CHECK(lse[0] == -INFINITY);
   CHECK(lse[1] == 0);
+  // Rows (the contiguous fast path) and columns (the one-pass accumulator) agree on +inf and NaN.
+  Tensor special = Tensor::from_vector<float>({1, INFINITY, 2, -INFINITY, NAN, 0, 3, 4, 5}, {3, 3});
+  for (bool rows : {true, false}) {
+    std::vector<float> got = (rows ? logsumexp(special, {1}) : logsumexp(special.t().contiguous(), {0})).to_vector<float>();
+    CHECK(got[0] == INFINITY);
+    CHECK(std::isnan(got[1]));
+    CHECK(got[2] == doctest::Approx(5 + std::log(1 + std::exp(-1.0) + std::exp(-2.0))));
+  }
 
   // 2^20 copies of 0.1f: a float accumulator drifts by about 1%.
   Tensor tenths = Tensor::full({256, 4096}, 0.1);
