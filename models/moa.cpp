@@ -216,10 +216,9 @@ AttentionOutput MoAAttention::forward(const AttentionInput& in) {
   RoutePlan plan = route(p.routing.indices, config.num_experts);
   Tensor q_rows = gather_segment_matmul(p.x_rows, q_proj->weight, plan);             // [N*k, d_h]
   Tensor heads = routed_attention(q_rows, p.kv.k, p.kv.v, plan, p.seq_len, p.opts);  // [N*k, d_h]
-  // Gate the rows before W_o (linear, so the same sum): the gates' gradient
-  // then needs only these d_h-wide rows, not the d-wide projections.
-  Tensor row_gates = index_select(p.routing.gates.reshape({plan.rows()}), 0, plan.order);  // [N*k]
-  return finish(p, segment_matmul_scatter(heads * row_gates.unsqueeze(1), o_proj->weight, plan));  // [N, d]
+  // Each token sums its k experts' outputs through W_o, each times its gate
+  // (applied after the expert's output projection, §2.3 step 9).
+  return finish(p, segment_matmul_scatter(heads, o_proj->weight, plan, p.routing.gates));  // [N, d]
 }
 
 AttentionOutput MoAAttention::forward_dense_reference(const AttentionInput& in) {

@@ -13,6 +13,8 @@
 #include "headroom/autograd/node.h"
 #include "headroom/cuda/routing.h"
 #include "headroom/ops/cpu/routing.h"
+#include "headroom/ops/elementwise.h"
+#include "headroom/ops/reduce.h"
 
 namespace headroom {
 
@@ -226,10 +228,12 @@ Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64
 }
 
 // Its transpose over tokens: y: [R, in] -> out[t] = Σ of y[r] · w[seg r] over
-// the rows r of token t (transpose_w: y: [R, out], w[e]ᵀ) -> [tokens, out or in].
+// the rows r of token t (transpose_w: y: [R, out], w[e]ᵀ) -> [tokens, out or in],
+// each product scaled by gates[order[r]] when gates ([N*k], CPU only) are given.
 // The CPU walks the rows through order, CUDA through position (a token's k rows).
 Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offsets, const Tensor& order,
-                            const Tensor& position, int64_t k, int64_t tokens, bool transpose_w) {
+                            const Tensor& position, int64_t k, int64_t tokens, bool transpose_w,
+                            const Tensor& gates = Tensor()) {
   const int64_t in = w.size(1), out_features = w.size(2);
   const Shape out_shape = {tokens, transpose_w ? in : out_features};
   if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, w.dtype(), w.device());
@@ -242,7 +246,8 @@ Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offs
   dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
     cpu::segment_matmul_scatter<T>(a.data<T>(), order.data<int32_t>(), k, offsets.data<int32_t>(), w.size(0),
-                                   b.data<T>(), in, out_features, transpose_w, tokens, out.data<T>());
+                                   b.data<T>(), in, out_features, transpose_w, tokens, out.data<T>(),
+                                   data_or_null<T>(gates));
   });
   return out;
 }
@@ -465,22 +470,37 @@ Tensor gather_segment_matmul(const Tensor& x, const Tensor& weight, const RouteP
   return y;
 }
 
-Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, const RoutePlan& plan) {
+Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, const RoutePlan& plan,
+                              const Tensor& gates) {
   const char* op = "segment_matmul_scatter";
   check_segment_weight(op, y_grouped, "y_grouped", weight, plan);
   check_rows(op, y_grouped, "y_grouped", plan.rows(), weight.size(1), "grouped rows", weight);
-  // y: [N*k, in], w: [E, in, out]  ->  out: [N, out]
+  if (gates.defined()) check_same_device(op, {y_grouped, gates});
+  check_gates(op, gates, y_grouped, plan);
+  // y: [N*k, in], w: [E, in, out], gates: [N, k]  ->  out: [N, out]
   const int64_t rows = plan.rows(), tokens = plan.num_tokens, k = plan.k;
+  if (gates.defined() && on_cuda(y_grouped))  // the CUDA kernel has no gates: scale the rows first
+    return segment_matmul_scatter(y_grouped * index_select(gates.reshape({rows}), 0, plan.order).unsqueeze(1),
+                                  weight, plan);
+  Tensor flat_gates = gates.defined() ? gates.contiguous().reshape({rows}) : Tensor();  // [N*k], pair order
   Tensor out = segment_gemm_scatter(y_grouped, weight, plan.offsets, plan.order, plan.position, k, tokens,
-                                    /*transpose_w=*/false);
-  autograd::record(out, op, {y_grouped, weight}, {y_grouped, weight, plan.offsets, plan.order},
-                   [rows, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-                     const Tensor &y = s[0], &w = s[1], &offsets = s[2], &order = s[3];  // g: [N, out]
-                     if (grads.wants(0))
-                       grads.add(0, segment_gemm({g, order, k}, w, offsets, rows, /*transpose_w=*/true));
-                     if (grads.wants(1))
-                       grads.add(1, segment_gemm_weight_grad({y}, {g, order, k}, offsets, w.shape()));
-                   });
+                                    /*transpose_w=*/false, flat_gates);
+  autograd::record(
+      out, op, {y_grouped, weight, gates}, {y_grouped, weight, plan.offsets, plan.order, plan.position, flat_gates},
+      [rows, tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+        const Tensor &y = s[0], &w = s[1], &offsets = s[2], &order = s[3], &position = s[4], &gates = s[5];
+        // g: [N, out].  Each row's gate, in grouped order: [N*k, 1] (undefined without gates).
+        Tensor row_gates = gates.defined() ? gather_slots(gates.reshape({rows, 1}), Tensor(), order, 1) : Tensor();
+        if (grads.wants(0) || grads.wants(2)) {
+          Tensor dy = segment_gemm({g, order, k}, w, offsets, rows, /*transpose_w=*/true);  // [N*k, in], ungated
+          if (grads.wants(2))  // dgates[t, j] = <y[r], dy[r]> for the row r = position[t*k + j]
+            grads.add(2, gather_slots(sum(y * dy, {1}, true), Tensor(), position, 1).view({tokens, k}));
+          if (grads.wants(0)) grads.add(0, row_gates.defined() ? dy * row_gates : dy);
+        }
+        if (grads.wants(1))
+          grads.add(1, segment_gemm_weight_grad({row_gates.defined() ? y * row_gates : y}, {g, order, k}, offsets,
+                                                w.shape()));
+      });
   return out;
 }
 

@@ -91,11 +91,14 @@ Tensor segment_matmul(const Tensor& x_grouped, const Tensor& weight, const Route
 // rows, and sums each token's dX rows in segment order.
 Tensor gather_segment_matmul(const Tensor& x, const Tensor& weight, const RoutePlan& plan);
 
-// scatter_add_rows(segment_matmul(y_grouped, weight, plan), {}, plan) without
-// the [N*k, out] products.  y_grouped: [N*k, in] -> [N, out]; out[t] sums the
-// products of token t's rows in segment order (not slot order), per block of
-// tokens, so results do not depend on the thread count.  Backward gathers
-// dout's rows tile by tile.
-Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, const RoutePlan& plan);
+// scatter_add_rows(segment_matmul(y_grouped, weight, plan), gates, plan)
+// without the [N*k, out] products.  y_grouped: [N*k, in], gates: [N, k] of y's
+// dtype (undefined = all ones) -> [N, out]; out[t] sums the gated products of
+// token t's rows in segment order (not slot order), per block of tokens, so
+// results do not depend on the thread count.  The CPU kernel applies each gate
+// as it sums (CUDA scales y's rows first).  Backward gathers dout's rows tile
+// by tile; the gates' gradient is <y[r], dout[t] · weight[e]ᵀ>.
+Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, const RoutePlan& plan,
+                              const Tensor& gates = Tensor());
 
 }  // namespace headroom

@@ -330,12 +330,19 @@ TEST_CASE("routing: segment_matmul and its gather / scatter forms: gradchecks (f
     Tensor x_t;  // x = x_tᵀ
   } cases[] = {{"segment_matmul", segment_matmul, param({3, 6}, 4)},
                {"gather_segment_matmul", gather_segment_matmul, param({3, 3}, 6)},
-               {"segment_matmul_scatter", segment_matmul_scatter, param({3, 6}, 7)}};
+               {"segment_matmul_scatter",
+                [](const Tensor& y, const Tensor& w, const RoutePlan& p) { return segment_matmul_scatter(y, w, p); },
+                param({3, 6}, 7)}};
   for (const auto& c : cases) {
     auto fn = [&](const std::vector<Tensor>& in) { return c.op(in[0].t(), in[1].transpose(1, 2), plan); };
     auto r = gradcheck(fn, {c.x_t, w_p});
     CHECK_MESSAGE(r.ok, (std::string(c.name) + ": " + r.message));
   }
+  auto gated = [&](const std::vector<Tensor>& in) {
+    return segment_matmul_scatter(in[0].t(), in[1].transpose(1, 2), plan, in[2].t());
+  };
+  auto r = gradcheck(gated, {param({3, 6}, 8), w_p, param({2, 3}, 9)});
+  CHECK_MESSAGE(r.ok, r.message);
 }
 
 TEST_CASE("routing: segment_matmul errors") {
@@ -404,6 +411,25 @@ TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-r
   CHECK_CLOSE(y.grad().to_vector<double>(), want_sdy, 1e-12, 0.0);
   CHECK_CLOSE(w.grad().to_vector<double>(), want_sdw, 1e-12, 0.0);
   check_zero_slice(w.grad(), 2);
+}
+
+TEST_CASE("routing: gated segment_matmul_scatter equals scatter_add_rows over segment_matmul") {
+  RoutePlan plan = fused_case_plan();  // 300 tokens: several token blocks
+  Tensor y = param({plan.rows(), 5}, 12), w = param({4, 5, 3}, 13), gates = param({plan.num_tokens, 2}, 14);
+  Tensor seed = param({plan.num_tokens, 3}, 15).detach();
+  auto grads_of = [&](const Tensor& out) {
+    y.zero_grad(), w.zero_grad(), gates.zero_grad();
+    out.backward(seed);
+    return std::vector<Tensor>{out.detach(), y.grad(), w.grad(), gates.grad()};
+  };
+  std::vector<Tensor> fused = grads_of(segment_matmul_scatter(y, w, plan, gates));
+  std::vector<Tensor> composed = grads_of(scatter_add_rows(segment_matmul(y, w, plan), gates, plan));
+  for (size_t i = 0; i < fused.size(); ++i) {
+    CAPTURE(i);
+    CHECK_CLOSE(fused[i], composed[i], 1e-12);
+  }
+  CHECK_THROWS_HEADROOM(segment_matmul_scatter(y, w, plan, Tensor::ones({plan.num_tokens, 3}, DType::f64)),
+                        "[segment_matmul_scatter] gates have shape (300,3) but the plan routes 300 tokens with k=2");
 }
 
 TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter errors") {

@@ -191,7 +191,8 @@ void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets,
 
 template <typename T>
 void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const int32_t* offsets, int64_t segments,
-                            const T* w, int64_t in, int64_t out_features, bool transpose_w, int64_t tokens, T* out) {
+                            const T* w, int64_t in, int64_t out_features, bool transpose_w, int64_t tokens, T* out,
+                            const T* gates) {
   const int64_t y_width = transpose_w ? out_features : in, out_width = transpose_w ? in : out_features;
   // Tokens [t0, t1): each segment's rows of these tokens are one run.  All
   // their products go to a per-thread buffer, then each token row is written
@@ -201,6 +202,7 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
     const int64_t rows = (t1 - t0) * k;
     T* products = thread_buffer<T>(0, rows * out_width);  // [rows, out_width], segment after segment
     std::vector<int64_t> product_of(rows), filled(t1 - t0, 0);  // token t0 + t's i-th: product_of[t * k + i]
+    std::vector<T> gate_of(gates ? rows : 0);                    // and its gate
     int64_t done = 0;
     for (int64_t e = 0; e < segments; ++e) {
       const int64_t lo = first_row_of_token(order, k, offsets[e], offsets[e + 1], t0);
@@ -210,17 +212,20 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
            y_width, w + e * in * out_features, out_features, products + done * out_width, out_width);
       for (int64_t r = lo; r < hi; ++r) {
         const int64_t t = order[r] / k - t0;
+        if (gates) gate_of[t * k + filled[t]] = gates[order[r]];
         product_of[t * k + filled[t]++] = done + (r - lo);
       }
       done += hi - lo;
     }
     for (int64_t t = 0; t < t1 - t0; ++t) {
       T* to = out + (t0 + t) * out_width;  // [out_width]
-      const T* first = products + product_of[t * k] * out_width;
-      std::copy(first, first + out_width, to);
-      for (int64_t i = 1; i < k; ++i) {
+      for (int64_t i = 0; i < k; ++i) {
         const T* from = products + product_of[t * k + i] * out_width;
-        for (int64_t c = 0; c < out_width; ++c) to[c] += from[c];
+        const T gate = gates ? gate_of[t * k + i] : T(1);
+        if (i == 0)
+          for (int64_t c = 0; c < out_width; ++c) to[c] = gate * from[c];
+        else
+          for (int64_t c = 0; c < out_width; ++c) to[c] += gate * from[c];
       }
     }
   };
@@ -261,7 +266,7 @@ void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& d
   template void segment_matmul<T>(const GroupedRows<T>&, const T*, const int32_t*, int64_t, int64_t, int64_t,  \
                                   bool, T*);                                                                 \
   template void segment_matmul_scatter<T>(const T*, const int32_t*, int64_t, const int32_t*, int64_t, const T*, \
-                                          int64_t, int64_t, bool, int64_t, T*);                              \
+                                          int64_t, int64_t, bool, int64_t, T*, const T*);                              \
   template void segment_matmul_weight_grad<T>(const GroupedRows<T>&, const GroupedRows<T>&, const int32_t*,  \
                                               int64_t, int64_t, int64_t, T*);
 HEADROOM_ROUTING_FLOAT_KERNELS(float)

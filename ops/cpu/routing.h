@@ -60,13 +60,14 @@ void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets,
                     int64_t out_features, bool transpose_w, T* out);
 
 // The transpose of gathering: out[t] = Σ over segments e ascending, rows r of e
-// whose token order[r] / k is t, of y[r] · w[e].  Parallel over blocks of
-// tokens, each summing its rows in that fixed order (deterministic).  Every
-// token has exactly k rows, as in a plan from route().
-// y: [R, out or in]  order: [R]  out: [tokens, in or out]
+// whose token order[r] / k is t, of gates[order[r]] · y[r] · w[e] (gates null:
+// 1).  Parallel over blocks of tokens, each summing its rows in that fixed
+// order (deterministic).  Every token has exactly k rows, as in a plan from
+// route().   y: [R, out or in]  order: [R]  gates: [tokens * k]  out: [tokens, in or out]
 template <typename T>
 void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const int32_t* offsets, int64_t segments,
-                            const T* w, int64_t in, int64_t out_features, bool transpose_w, int64_t tokens, T* out);
+                            const T* w, int64_t in, int64_t out_features, bool transpose_w, int64_t tokens, T* out,
+                            const T* gates = nullptr);
 
 // dw[e] = x[seg e]ᵀ · dy[seg e]; zero for empty segments.
 //   x rows in wide, dy rows out wide (either may be gathered)   dw: [E, in, out]
