@@ -194,13 +194,12 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
   Tensor heads = routed_attention(query_rows(tokens, q, plan, token_head_rows), repeat_kv(kv.k, h),
                                   repeat_kv(kv.v, h), plan, seq, opts);  // [N*k, d_h]
-  // Gate the head rows before W_O (as the dense path does): the gates'
-  // gradient then needs only these d_h-wide rows, not the d-wide projections.
-  Tensor row_gates = index_select(routing.gates.reshape({n * h}), 0, token_head_rows);  // [N*k]
-  Tensor gated = heads * row_gates.unsqueeze(1);
-  // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d].
+  // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d],
+  // each token's gates in slot order [N, k] applied as its rows are summed.
   Tensor w_out = o_proj->weight.t().reshape({h, head_dim, config.dim});
-  Tensor out = segment_matmul_scatter(gated, w_out, plan);  // [N, d]
+  Tensor slot_gates = index_select(routing.gates.reshape({n * h}), 0, flat_indices(routing.heads, h))
+                          .view(routing.heads.shape());
+  Tensor out = segment_matmul_scatter(heads, w_out, plan, slot_gates);  // [N, d]
   if (o_proj->bias.defined()) out = out + o_proj->bias;  // not gated
   return finish(routing, out.reshape({batch, seq, config.dim}));
 }
