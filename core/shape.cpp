@@ -20,6 +20,30 @@ Strides contiguous_strides(const Shape& shape) {
   return strides;
 }
 
+std::optional<Strides> view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape) {
+  if (shape_numel(shape) == 0) return contiguous_strides(new_shape);  // no element to address
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (size, stride) without the size-1 dimensions
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) dims.push_back({shape[i], strides[i]});
+  Strides out(new_shape.size(), 1);
+  size_t placed = new_shape.size();  // new dimensions [placed, end) have their strides
+  for (size_t end = dims.size(); end > 0;) {
+    // One run: old dimensions [begin, end), innermost stride `base`, `run` elements.
+    size_t begin = end - 1;
+    int64_t run = dims[begin].first;
+    while (begin > 0 && dims[begin - 1].second == dims[begin].second * dims[begin].first) run *= dims[--begin].first;
+    const int64_t base = dims[end - 1].second;
+    int64_t covered = 1;  // new dimensions split the run, innermost first
+    for (; placed > 0 && (covered < run || new_shape[placed - 1] == 1); --placed) {
+      out[placed - 1] = covered * base;
+      covered *= new_shape[placed - 1];
+    }
+    if (covered != run) return std::nullopt;
+    end = begin;
+  }
+  return out;  // new dimensions left unplaced have size 1
+}
+
 std::string shape_str(const Shape& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);

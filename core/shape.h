@@ -2,6 +2,7 @@
 // Shapes and strides, in NumPy order: dimension 0 is the outermost, the last
 // dimension is contiguous in a row-major tensor.  Strides count elements.
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -13,6 +14,13 @@ using Strides = std::vector<int64_t>;
 
 int64_t shape_numel(const Shape& shape);
 Strides contiguous_strides(const Shape& shape);
+
+// The strides that show a tensor of `shape` laid out with `strides` as
+// `new_shape` (same numel) without moving an element, or nothing when no
+// strides can.  The old dimensions fall into runs laid out back to back
+// (stride[d] = stride[d + 1] * shape[d + 1]); the new dimensions must split
+// each run on its own, as PyTorch's view() requires.
+std::optional<Strides> view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape);
 std::string shape_str(const Shape& shape);  // "(2,3)"
 
 // Maps a possibly negative dimension to [0, ndim); throws naming `op` if out of range.

@@ -127,8 +127,8 @@ class Tensor {
   Tensor detach() const;  // same storage, no grad_fn, requires_grad false
 
   // ---- views and movement (ops/shape.cpp) -----------------------------
-  Tensor reshape(const Shape& shape) const;  // a view when strides allow, else a copy; one dim may be -1
-  Tensor view(const Shape& shape) const;     // always a view; throws if strides do not allow it
+  Tensor reshape(const Shape& shape) const;  // a view of a contiguous tensor, else a copy; one dim may be -1
+  Tensor view(const Shape& shape) const;     // always a view (strided too); throws if strides do not allow it
   Tensor permute(const std::vector<int64_t>& dims) const;
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor t() const;  // transpose of the last two dimensions

@@ -50,15 +50,17 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* op) {
 
 Tensor Tensor::view(const Shape& requested) const {
   Shape shape = infer_shape(requested, numel(), "view");
-  HEADROOM_CHECK(is_contiguous(), "[view] tensor of shape ", shape_str(this->shape()),
-                 " with strides ", shape_str(strides()),
-                 " is not contiguous; use reshape() (which copies) or contiguous() first");
+  std::optional<Strides> strides = view_strides(this->shape(), this->strides(), shape);
+  HEADROOM_CHECK(strides.has_value(), "[view] a tensor of shape ", shape_str(this->shape()), " with strides ",
+                 shape_str(this->strides()), " cannot be viewed as ", shape_str(shape),
+                 " without a copy; use reshape() (which copies) or contiguous() first");
   Shape in_shape = this->shape();
-  return record_view(make_view(*this, shape, contiguous_strides(shape), offset()), "view", *this,
+  return record_view(make_view(*this, shape, *strides, offset()), "view", *this,
                      [in_shape](const Tensor& g) { return g.reshape(in_shape); });
 }
 
-// A view when the tensor is contiguous, otherwise a contiguous copy.
+// A view when the tensor is contiguous, otherwise a contiguous copy (view()
+// also takes strided tensors whose layout allows the new shape).
 Tensor Tensor::reshape(const Shape& requested) const {
   return is_contiguous() ? view(requested) : contiguous().view(requested);
 }

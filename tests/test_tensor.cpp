@@ -44,9 +44,27 @@ TEST_CASE("views share storage and follow numpy semantics") {
   CHECK(t.reshape({-1, 4}).shape() == Shape{6, 4});
   CHECK_THROWS_HEADROOM(t.permute({0, 1}).numel(), "got 2 dimensions");
   CHECK_THROWS_HEADROOM(t.reshape({5, -1}), "cannot infer -1");
-  CHECK_THROWS_HEADROOM(p.view({24}), "is not contiguous");
+  CHECK_THROWS_HEADROOM(p.view({24}), "[view] a tensor of shape (4,2,3) with strides (1,12,4) cannot be viewed as (24)");
   CHECK_THROWS_HEADROOM(t.expand({2, 5, 4}), "cannot expand shape (2,3,4)");
   CHECK_THROWS_HEADROOM(t.size(3), "dimension 3 is out of range");
+}
+
+TEST_CASE("view splits and merges the runs a strided layout allows, as PyTorch's view") {
+  Tensor t = Tensor::arange(2 * 3 * 10).reshape({6, 10});
+  Tensor cols = t.narrow(1, 2, 4);  // [6, 4], strides (10, 1): rows of 4 spaced by 10
+  Tensor v = cols.view({2, 1, 3, 4});
+  CHECK(v.same_storage(t));
+  CHECK(v.strides() == Strides{30, 30, 10, 1});
+  CHECK(v.to_vector<float>() == cols.to_vector<float>());
+  CHECK(cols.view({6, 2, 2}).to_vector<float>() == cols.to_vector<float>());
+  CHECK_THROWS_HEADROOM(cols.view({24}), "cannot be viewed as (24)");  // rows 10 apart do not merge
+  CHECK_THROWS_HEADROOM(cols.view({3, 8}), "cannot be viewed as (3,8)");
+  Tensor p = t.reshape({2, 3, 10}).permute({1, 0, 2});  // [3, 2, 10], strides (10, 30, 1)
+  CHECK(p.view({3, 2, 5, 2}).strides() == Strides{10, 30, 2, 1});
+  CHECK_THROWS_HEADROOM(p.view({6, 10}), "cannot be viewed as (6,10)");
+  CHECK(t.select(1, 0).view({2, 3}).strides() == Strides{30, 10});  // size-1 and 0-d cases
+  CHECK(Tensor::full({}, 2.0).view({1, 1}).item() == 2.0);
+  CHECK(Tensor::zeros({0, 4}).narrow(1, 0, 2).view({2, 0}).numel() == 0);
 }
 
 TEST_CASE("reshape of a non-contiguous tensor copies; writes through views are seen") {
