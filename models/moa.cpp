@@ -191,7 +191,8 @@ MoAAttention::Prepared MoAAttention::prepare(const AttentionInput& in) {
     Tensor fused = linear(p.x_rows, cat({router->weight, k_proj->weight, v_proj->weight}, 0));  // [N, E + 2 d_h]
     p.routing = route_logits(fused.narrow(1, 0, E), p.x_rows, pad);
     p.kv = headroom::keys_values(in, [&](const Tensor&) {  // [B, 1, T, d_h] each
-      auto head = [&](int64_t first) { return fused.narrow(1, first, d_h).reshape({B, 1, T, d_h}); };
+      // Column slices of the fused rows, viewed without a copy (the attention reads them in place).
+      auto head = [&](int64_t first) { return fused.narrow(1, first, d_h).view({B, 1, T, d_h}); };
       return std::make_pair(head(E), head(E + d_h));
     });
   }

@@ -69,8 +69,9 @@ AttentionProblem make_problem(const Tensor& k, int64_t heads, int64_t seq_len, i
   return p;
 }
 
-// The kernels of q's device.  q [R, d_h]; k, v [B, h_kv, S, d_h]; out [R, d_h];
-// lse [R]; all contiguous, p.key_padding on the same device.
+// The kernels of q's device.  q [R, d_h]; k, v [B, h_kv, S, d_h] (as
+// p.kv_strides says on the CPU, contiguous on CUDA); out [R, d_h]; lse [R],
+// contiguous; p.key_padding on the same device.
 void run_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse) {
   if (q.device().is_cuda()) return cuda::attention_kernels().forward(p, q, k, v, out, lse);
@@ -109,7 +110,12 @@ Tensor reordered(const Tensor& rows, const Tensor& index) {
 // The problem's rows are in the kernel's order; q and the result in the caller's.
 Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, const Tensor& v,
                       AttentionProblem problem, const Tensor& key_padding_mask, const RowOrder& rows = {}) {
-  Tensor q_c = q_rows.contiguous(), k_c = k.contiguous(), v_c = v.contiguous();
+  // The CPU kernel reads K and V in place when they share a layout with
+  // contiguous rows (MoA's are column slices of one projection); CUDA's
+  // kernels take them contiguous.
+  const bool kv_in_place = !q_rows.device().is_cuda() && k.strides() == v.strides() && k.strides()[3] == 1;
+  Tensor q_c = q_rows.contiguous(), k_c = kv_in_place ? k : k.contiguous(), v_c = kv_in_place ? v : v.contiguous();
+  for (int i = 0; i < 3; ++i) problem.kv_strides[i] = k_c.strides()[i];
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   problem.key_padding = mask.defined() ? mask.data<uint8_t>() : nullptr;
   Tensor q_kernel = reordered(q_c, rows.to_kernel);                                        // [R, d_h]

@@ -277,6 +277,32 @@ TEST_CASE("routed_attention equals dense attention on the selected pairs, output
   }
 }
 
+TEST_CASE("attention reads K and V in place from column slices of one projection") {
+  const int64_t B = 2, T = 5, S = 7, h = 2, d = 3;
+  AttentionOptions o;
+  o.causal = true;
+  o.causal_offset = S - T;
+  o.key_padding_mask = padding_mask(B, S, {{1}, {}});
+  // kv: [B*S, 2*h*d] = per row the h keys then the h values; k, v: [B, h, S, d] views of it.
+  auto heads = [&](const Tensor& kv, int64_t first) {
+    return kv.narrow(1, first, h * d).view({B, S, h, d}).permute({0, 2, 1, 3});
+  };
+  Tensor q = param({B, h, T, d}, 50), seed = random({B, h, T, d}, 51);
+  Tensor kv = param({B * S, 2 * h * d}, 52);
+  REQUIRE(heads(kv, 0).strides() == Strides{S * 2 * h * d, d, 2 * h * d, 1});
+  Tensor strided = attention(q, heads(kv, 0), heads(kv, h * d), o);
+  strided.backward(seed);
+  const Tensor strided_dq = q.grad(), strided_dkv = kv.grad();
+  q.zero_grad(), kv.zero_grad();
+  Tensor copied = attention(q, heads(kv, 0).contiguous(), heads(kv, h * d).contiguous(), o);
+  copied.backward(seed);
+  CHECK_CLOSE(strided, copied, 1e-12);
+  CHECK_CLOSE(strided_dq, q.grad(), 1e-12);
+  CHECK_CLOSE(strided_dkv, kv.grad(), 1e-12);
+  check_gradcheck([&](const std::vector<Tensor>& in) { return attention(in[0], heads(in[1], 0), heads(in[1], h * d), o); },
+                  {param({B, h, T, d}, 53), param({B * S, 2 * h * d}, 54)});
+}
+
 TEST_CASE("attention is bitwise identical for 1 and 2 threads, forward and backward") {
   Tensor q = random({2, 3, 100, 32}, 40, DType::f32).set_requires_grad();  // large enough to run parallel
   Tensor k = random({2, 1, 130, 32}, 41, DType::f32).set_requires_grad();

@@ -44,8 +44,8 @@ template <typename T>
 struct Tile {
   int64_t row0 = 0, rows = 0;  // rows [row0, row0 + rows) of q
   int64_t batch = 0, head = 0;
-  const T* k = nullptr;        // [S, d_h] keys of the tile's K/V sequence
-  const T* v = nullptr;        // [S, d_h]
+  const T* k = nullptr;        // [S, d_h] keys of the tile's K/V sequence, rows p.kv_strides[2] apart
+  const T* v = nullptr;        // [S, d_h], the same layout
   int64_t num_keys = 0;        // keys [0, num_keys) are visible to at least its last row
 };
 
@@ -56,9 +56,9 @@ Tile<T> make_tile(const AttentionProblem& p, const AttentionGroup& g, int64_t ro
   tile.rows = std::min(kQueryTile, g.row_end - row0);
   tile.batch = g.batch;
   tile.head = g.head;
-  const int64_t kv = g.batch * p.kv_heads + (p.kv_heads == 1 ? 0 : g.head);
-  tile.k = k + kv * p.num_keys * p.d_h;
-  tile.v = v + kv * p.num_keys * p.d_h;
+  const int64_t kv = g.batch * p.kv_strides[0] + (p.kv_heads == 1 ? 0 : g.head) * p.kv_strides[1];
+  tile.k = k + kv;
+  tile.v = v + kv;
   tile.num_keys = causal_extent(p, p.positions[row0 + tile.rows - 1]);
   return tile;
 }
@@ -91,8 +91,8 @@ struct Scratch {
 template <typename T>
 void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q, int64_t s0, int64_t n,
                    T* scores) {
-  const int64_t d = p.d_h;
-  gemm(false, true, tile.rows, n, d, T(p.scale), q + tile.row0 * d, d, tile.k + s0 * d, d, T(0), scores, n);
+  const int64_t d = p.d_h, ld = p.kv_strides[2];
+  gemm(false, true, tile.rows, n, d, T(p.scale), q + tile.row0 * d, d, tile.k + s0 * ld, ld, T(0), scores, n);
   const uint8_t* padded = p.key_padding ? p.key_padding + tile.batch * p.num_keys + s0 : nullptr;
   for (int64_t i = 0; i < tile.rows; ++i) {
     T* row = scores + i * n;
@@ -160,7 +160,7 @@ Tile<T> rows_seeing(const AttentionProblem& p, const Tile<T>& tile, int64_t s0) 
 template <typename T>
 void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out, T* lse,
                   Scratch<T>& s) {
-  const int64_t d = p.d_h, m = tile.rows;
+  const int64_t d = p.d_h, m = tile.rows, ld = p.kv_strides[2];
   T* acc = out + tile.row0 * d;  // [m, d]: the output rows accumulate in place
   std::fill(acc, acc + m * d, T(0));
   std::fill(s.row_max.begin(), s.row_max.end(), -kInf<T>);
@@ -174,7 +174,7 @@ void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T*
     for (int64_t i = 0; i < live.rows; ++i)
       online_softmax_row(probs + i * n, n, s.row_max[first + i], s.row_sum[first + i], acc + (first + i) * d, d);
     if (p.dropout > 0) apply_dropout(p, live, s0, n, probs, probs);
-    gemm(false, false, live.rows, d, n, T(1), probs, n, tile.v + s0 * d, d, T(1), acc + first * d, d);  // acc += P·V
+    gemm(false, false, live.rows, d, n, T(1), probs, n, tile.v + s0 * ld, ld, T(1), acc + first * d, d);  // acc += P·V
   }
   for (int64_t i = 0; i < m; ++i) {  // normalise; a row that saw no key stays 0
     const T sum = s.row_sum[i];
@@ -188,7 +188,7 @@ void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T*
 template <typename T>
 void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, const T* out, const T* lse,
                    const T* dout, T* dq, T* dk, T* dv, Scratch<T>& s) {
-  const int64_t d = p.d_h, m = tile.rows;
+  const int64_t d = p.d_h, m = tile.rows, ld = p.kv_strides[2];
   std::fill(dq + tile.row0 * d, dq + (tile.row0 + m) * d, T(0));
   T* row_dot = s.row_sum.data();  // D = rowsum(dO ∘ O)  [m]
   for (int64_t i = 0; i < m; ++i) {
@@ -206,7 +206,7 @@ void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, c
     T* dprobs = s.grad_scores.data();  // dP, then dS  [rows, n]
     masked_scores(p, live, q, s0, n, probs);
     for (int64_t i = 0; i < rows; ++i) exp_shifted(probs + i * n, n, lse[live.row0 + i]);
-    gemm(false, true, rows, n, d, T(1), dout_live, d, tile.v + s0 * d, d, T(0), dprobs, n);  // dO·Vᵀ
+    gemm(false, true, rows, n, d, T(1), dout_live, d, tile.v + s0 * ld, ld, T(0), dprobs, n);  // dO·Vᵀ
     const T* kept_probs = probs;  // P after dropout
     if (p.dropout > 0) {
       apply_dropout(p, live, s0, n, probs, s.dropped.data());
@@ -219,7 +219,7 @@ void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, c
         dprobs[i * n + j] = probs[i * n + j] * (dprobs[i * n + j] - row_dot[first + i]);  // dS
     const T scale = T(p.scale);
     gemm(true, false, n, d, rows, scale, dprobs, n, q_live, d, T(1), dk + s0 * d, d);                 // dK += dSᵀ·Q
-    gemm(false, false, rows, d, n, scale, dprobs, n, tile.k + s0 * d, d, T(1), dq + live.row0 * d, d);  // dQ += dS·K
+    gemm(false, false, rows, d, n, scale, dprobs, n, tile.k + s0 * ld, ld, T(1), dq + live.row0 * d, d);  // dQ += dS·K
   }
 }
 

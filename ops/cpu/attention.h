@@ -44,6 +44,7 @@ struct AttentionProblem {
   int64_t num_keys = 0;  // S
   double scale = 1;
   bool causal = false;
+  int64_t kv_strides[3] = {0, 0, 0};      // K and V element (b, head, s, c) at b·[0] + head·[1] + s·[2] + c
   int64_t causal_offset = 0;              // key s visible to position t iff s <= t + offset
   const uint8_t* key_padding = nullptr;   // [B, S], 1 = never attended; null = none
   double dropout = 0;                     // drop probability on P
@@ -56,11 +57,13 @@ struct AttentionProblem {
                                    // (K/V shared); empty: every row has its group's head
 };
 
-// q [R, d_h]; k, v [B, h_kv, S, d_h]; out [R, d_h]; lse [R].  All contiguous.
+// q [R, d_h]; k, v [B, h_kv, S, d_h] laid out as p.kv_strides says (rows of
+// d_h contiguous; MoA's K and V are column slices of one projection); out
+// [R, d_h]; lse [R]; all but k and v contiguous.
 template <typename T>
 void attention_forward(const AttentionProblem& p, const T* q, const T* k, const T* v, T* out, T* lse);
 
-// dout [R, d_h] → dq [R, d_h], dk, dv [B, h_kv, S, d_h] (fully overwritten).
+// dout [R, d_h] → dq [R, d_h], dk, dv [B, h_kv, S, d_h] (contiguous, fully overwritten).
 template <typename T>
 void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
                         const T* lse, const T* dout, T* dq, T* dk, T* dv);
