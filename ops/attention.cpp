@@ -122,7 +122,7 @@ Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, con
   Tensor out_kernel = Tensor::empty(q_c.shape(), q_c.dtype(), q_c.device());               // [R, d_h]
   Tensor lse = Tensor::empty({q_c.size(0)}, q_c.dtype(), q_c.device());  // [R]: log-sum-exp of each row's scores
   run_forward(problem, q_kernel, k_c, v_c, out_kernel, lse);
-  Tensor out = rows.from_kernel.defined() ? reordered(out_kernel, rows.from_kernel) : out_kernel;
+  Tensor out = reordered(out_kernel, rows.from_kernel);
 
   // Backward recomputes P from q, k and lse (cpu/attention.h), all in the kernel's order.
   auto shared = std::make_shared<const AttentionProblem>(std::move(problem));
