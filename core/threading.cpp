@@ -46,6 +46,8 @@ void set_num_threads(int n) {
 
 int num_threads() { return current(); }
 
+namespace {
+
 // The OpenMP build already runs on one thread when called inside a parallel
 // region, and its openblas_set_num_threads() would also shrink our own
 // OpenMP team (it calls omp_set_num_threads), so only the pthread build is
@@ -54,6 +56,8 @@ bool blas_has_own_pool() {
   static const bool own_pool = openblas_get_parallel() == 1;
   return own_pool;
 }
+
+}  // namespace
 
 BlasSingleThreadGuard::BlasSingleThreadGuard() : previous_(num_threads()) {
   if (blas_has_own_pool()) openblas_set_num_threads(1);

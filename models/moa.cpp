@@ -33,7 +33,7 @@ Tensor l1_normalise(const Tensor& v) { return v / maximum(sum(v), 1e-12); }
 // with probability ∝ p + 1e-6 (§2.3 step 4).  Returns i32 [N, k] on probs'
 // device.  Sampling runs on the host, row by row from the generator's stream
 // (the same draws on every device); on CUDA that costs a round trip.
-Tensor select_experts(const Tensor& probs, int64_t k, int64_t sampled, Generator& gen) {
+Tensor sample_experts(const Tensor& probs, int64_t k, int64_t sampled, Generator& gen) {
   const int64_t rows = probs.size(0), experts = probs.size(1), kept = k - sampled;
   std::vector<double> p = probs.to_vector<double>();
   std::vector<int32_t> top = kept > 0 ? topk(probs, kept).indices.to_vector<int32_t>() : std::vector<int32_t>();
@@ -125,7 +125,7 @@ MoARouting MoAAttention::route_logits(const Tensor& logits, const Tensor& x_rows
     r.indices = top.indices;
     r.gates = top.values;
   } else {
-    r.indices = select_experts(r.probs.detach(), k, sampled, *gen_);
+    r.indices = sample_experts(r.probs.detach(), k, sampled, *gen_);
     r.gates = index_select(r.probs.reshape({rows * E}), 0, flat_indices(r.indices, E)).view({rows, k});
   }
 

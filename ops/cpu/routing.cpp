@@ -201,8 +201,12 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
     if (k == 0) return std::fill(out + t0 * out_width, out + t1 * out_width, T(0));  // tokens routed nowhere
     const int64_t rows = (t1 - t0) * k;
     T* products = thread_buffer<T>(0, rows * out_width);  // [rows, out_width], segment after segment
-    std::vector<int64_t> product_of(rows), filled(t1 - t0, 0);  // token t0 + t's i-th: product_of[t * k + i]
-    std::vector<T> gate_of(gates ? rows : 0);                    // and its gate
+    struct Part {
+      int64_t product;  // its row of products
+      T gate;
+    };
+    std::vector<Part> parts(rows);  // token t0 + t's i-th: parts[t * k + i]
+    std::vector<int64_t> filled(t1 - t0, 0);
     int64_t done = 0;
     for (int64_t e = 0; e < segments; ++e) {
       const int64_t lo = first_row_of_token(order, k, offsets[e], offsets[e + 1], t0);
@@ -212,16 +216,15 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
            y_width, w + e * in * out_features, out_features, products + done * out_width, out_width);
       for (int64_t r = lo; r < hi; ++r) {
         const int64_t t = order[r] / k - t0;
-        if (gates) gate_of[t * k + filled[t]] = gates[order[r]];
-        product_of[t * k + filled[t]++] = done + (r - lo);
+        parts[t * k + filled[t]++] = {done + (r - lo), gates ? gates[order[r]] : T(1)};
       }
       done += hi - lo;
     }
     for (int64_t t = 0; t < t1 - t0; ++t) {
       T* to = out + (t0 + t) * out_width;  // [out_width]
       for (int64_t i = 0; i < k; ++i) {
-        const T* from = products + product_of[t * k + i] * out_width;
-        const T gate = gates ? gate_of[t * k + i] : T(1);
+        const T* from = products + parts[t * k + i].product * out_width;
+        const T gate = parts[t * k + i].gate;
         if (i == 0)
           for (int64_t c = 0; c < out_width; ++c) to[c] = gate * from[c];
         else
@@ -266,7 +269,7 @@ void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& d
   template void segment_matmul<T>(const GroupedRows<T>&, const T*, const int32_t*, int64_t, int64_t, int64_t,  \
                                   bool, T*);                                                                 \
   template void segment_matmul_scatter<T>(const T*, const int32_t*, int64_t, const int32_t*, int64_t, const T*, \
-                                          int64_t, int64_t, bool, int64_t, T*, const T*);                              \
+                                          int64_t, int64_t, bool, int64_t, T*, const T*);                    \
   template void segment_matmul_weight_grad<T>(const GroupedRows<T>&, const GroupedRows<T>&, const int32_t*,  \
                                               int64_t, int64_t, int64_t, T*);
 HEADROOM_ROUTING_FLOAT_KERNELS(float)
