@@ -1,9 +1,11 @@
 // The nn family: softmax, log_softmax, layer_norm, rms_norm, dropout,
 // embedding and cross_entropy.  Loop references for outputs, f64 gradchecks
 // for every op, frozen PyTorch fixtures, and errors.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
 
 #include "fixture_reader.h"
 #include "headroom/ops/nn.h"
@@ -101,6 +103,42 @@ TEST_CASE("softmax and log_softmax match a loop reference on every dimension, f3
       CHECK_CLOSE(log_softmax(x, dim).to_vector<double>(), naive_softmax(xs, shape, dim, true), tol, 1e-6);
     }
     CHECK_CLOSE(softmax(x).to_vector<double>(), naive_softmax(xs, shape, 2, false), tol, 0);
+  }
+}
+
+TEST_CASE("softmax and logsumexp over many short rows: blocks of rows, a partial last block, special rows") {
+  // The CPU kernels take short rows in blocks (one exp call per block):
+  // 5000 rows of 8 run in parallel and end in a partial block; 700 rows of 3
+  // stay on one thread.  Rows of all -inf, one +inf and a NaN sit inside blocks.
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{5000, 8}, {700, 3}}) {
+    CAPTURE(rows);
+    std::vector<double> xs = randn({rows, n}, 8, DType::f64).to_vector<double>();
+    for (int64_t j = 0; j < n; ++j) xs[300 * n + j] = -kInf;
+    xs[301 * n + 1] = kInf;
+    xs[302 * n] = NAN;
+    Tensor x = Tensor::from_vector(xs, {rows, n}).to(DType::f32);
+    std::vector<double> p = softmax(x).to_vector<double>(), logp = log_softmax(x).to_vector<double>();
+    std::vector<double> lse = logsumexp(x, {1}).to_vector<double>();
+    std::vector<double> want = naive_softmax(xs, {rows, n}, 1, false);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> row(xs.begin() + r * n, xs.begin() + (r + 1) * n);
+      if (r == 300) {  // all -inf: probability 0, log-probability -inf, logsumexp -inf
+        for (int64_t j = 0; j < n; ++j) CHECK((p[r * n + j] == 0 && logp[r * n + j] == -kInf));
+        CHECK(lse[r] == -kInf);
+      } else if (r == 301) {
+        CHECK(lse[r] == kInf);
+      } else if (r == 302) {
+        CHECK(std::isnan(lse[r]));
+      } else {
+        double top = *std::max_element(row.begin(), row.end()), total = 0;
+        for (double v : row) total += std::exp(v - top);
+        CHECK(lse[r] == doctest::Approx(top + std::log(total)).epsilon(1e-6));
+        for (int64_t j = 0; j < n; ++j) {
+          CHECK(p[r * n + j] == doctest::Approx(want[r * n + j]).epsilon(1e-5));
+          CHECK(logp[r * n + j] == doctest::Approx(row[j] - top - std::log(total)).epsilon(1e-5));
+        }
+      }
+    }
   }
 }
 

@@ -110,32 +110,35 @@ TEST_CASE("routing: topk breaks ties by the lowest index and ranks NaN first") {
 
 TEST_CASE("routing: topk matches a stable-sort reference, values and gradient") {
   // Small integers make many ties; a permuted view makes the input non-contiguous.
-  Generator gen(3);
-  std::vector<double> raw(4 * 3 * 9);
-  for (double& v : raw) v = double(gen.next_int(5));
-  Tensor base = Tensor::from_vector(raw, {3, 9, 4}).set_requires_grad();
-  Tensor x = base.permute({2, 0, 1});  // [4, 3, 9], non-contiguous
-  const int64_t k = 4;
-  TopK result = topk(x, k);
-  CHECK(result.values.shape() == Shape{4, 3, k});
+  // k = 4 takes the insertion path of the CPU kernel, k = 9 the partial sort.
+  for (int64_t k : {4, 9}) {
+    CAPTURE(k);
+    Generator gen(3);
+    std::vector<double> raw(4 * 3 * 9);
+    for (double& v : raw) v = double(gen.next_int(5));
+    Tensor base = Tensor::from_vector(raw, {3, 9, 4}).set_requires_grad();
+    Tensor x = base.permute({2, 0, 1});  // [4, 3, 9], non-contiguous
+    TopK result = topk(x, k);
+    CHECK(result.values.shape() == Shape{4, 3, k});
 
-  std::vector<double> xs = x.to_vector<double>(), values = result.values.to_vector<double>();
-  std::vector<int32_t> indices = result.indices.to_vector<int32_t>();
-  Tensor seed = Tensor::randn({4, 3, k}, gen, DType::f64);
-  result.values.backward(seed);
-  std::vector<double> seeds = seed.to_vector<double>(),
-                      grad = base.grad().permute({2, 0, 1}).to_vector<double>();
-  std::vector<double> expected_grad(xs.size(), 0.0);
-  for (int64_t row = 0; row < 12; ++row) {
-    std::vector<double> v(xs.begin() + row * 9, xs.begin() + (row + 1) * 9);
-    std::vector<int32_t> want = reference_topk(v, k);
-    for (int64_t j = 0; j < k; ++j) {
-      CHECK(indices[row * k + j] == want[j]);
-      CHECK(values[row * k + j] == v[want[j]]);
-      expected_grad[row * 9 + want[j]] = seeds[row * k + j];
+    std::vector<double> xs = x.to_vector<double>(), values = result.values.to_vector<double>();
+    std::vector<int32_t> indices = result.indices.to_vector<int32_t>();
+    Tensor seed = Tensor::randn({4, 3, k}, gen, DType::f64);
+    result.values.backward(seed);
+    std::vector<double> seeds = seed.to_vector<double>(),
+                        grad = base.grad().permute({2, 0, 1}).to_vector<double>();
+    std::vector<double> expected_grad(xs.size(), 0.0);
+    for (int64_t row = 0; row < 12; ++row) {
+      std::vector<double> v(xs.begin() + row * 9, xs.begin() + (row + 1) * 9);
+      std::vector<int32_t> want = reference_topk(v, k);
+      for (int64_t j = 0; j < k; ++j) {
+        CHECK(indices[row * k + j] == want[j]);
+        CHECK(values[row * k + j] == v[want[j]]);
+        expected_grad[row * 9 + want[j]] = seeds[row * k + j];
+      }
     }
+    CHECK(grad == expected_grad);
   }
-  CHECK(grad == expected_grad);
 }
 
 TEST_CASE("routing: topk gradcheck (f64, non-contiguous)") {

@@ -41,28 +41,31 @@ T row_logsumexp(const T* x, int64_t n) {
 
 template <typename T>
 void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
+  const int64_t block = rows_per_block(n), blocks = (rows + block - 1) / block;
 #pragma omp parallel for if (rows * n > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * n;  // [n]
-    T* yr = y + r * n;
-    const T top = row_max(xr, n);
-    if (top == kNegInf<T>) {  // all -inf: probability 0 everywhere, not 0/0
-      std::fill(yr, yr + n, log ? kNegInf<T> : T(0));
-      continue;
-    }
-    // y holds exp(x - top) until rescaled; exp_inplace is the vectorised exp.
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t first = b * block, count = std::min(block, rows - first);
+    T top[kMaxBlockRows];
+    // y holds exp(x - top) until rescaled.
+    exp_minus_row_max(x + first * n, count, n, y + first * n, top);
+    for (int64_t r = first; r < first + count; ++r) {
+      const T* xr = x + r * n;  // [n]
+      T* yr = y + r * n;
+      const T row_top = top[r - first];
+      if (row_top == kNegInf<T>) {  // all -inf: probability 0 everywhere, not 0/0
+        std::fill(yr, yr + n, log ? kNegInf<T> : T(0));
+        continue;
+      }
+      const T sum = sum_of(yr, n);
+      if (log) {
+        const T lse = row_top + std::log(sum);
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - top;
-    exp_inplace(yr, n);
-    const T sum = sum_of(yr, n);
-    if (log) {
-      const T lse = top + std::log(sum);
+        for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
+      } else {
+        const T inv_sum = T(1) / sum;
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
-    } else {
-      const T inv_sum = T(1) / sum;
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) yr[i] *= inv_sum;
+        for (int64_t i = 0; i < n; ++i) yr[i] *= inv_sum;
+      }
     }
   }
 }

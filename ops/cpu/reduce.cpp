@@ -72,24 +72,26 @@ struct LogSumExpAcc {
 // (or an empty slice) gives -inf, as there.
 template <typename T>
 void logsumexp_rows(const T* x, int64_t rows, int64_t n, T* out) {
+  const int64_t block = rows_per_block(n), blocks = (rows + block - 1) / block;
 #pragma omp parallel if (rows * n >= kParallelMin)
   {
-    std::vector<T> shifted(n);  // per thread: exp(row - max)
+    std::vector<T> shifted(block * n), top(block);  // per thread: exp(row - max) for a block of rows
 #pragma omp for
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = x + r * n;
-      const T top = max_of(row, n, T(-INFINITY));
-      bool has_nan = false;
-      for (int64_t j = 0; j < n; ++j) has_nan |= row[j] != row[j];
-      if (has_nan || std::isinf(top)) {
-        out[r] = has_nan ? T(NAN) : top;
-        continue;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t first = b * block, count = std::min(block, rows - first);
+      exp_minus_row_max(x + first * n, count, n, shifted.data(), top.data());
+      for (int64_t r = 0; r < count; ++r) {
+        const T* row = x + (first + r) * n;
+        bool has_nan = false;
+        for (int64_t j = 0; j < n; ++j) has_nan |= row[j] != row[j];
+        if (has_nan || std::isinf(top[r])) {
+          out[first + r] = has_nan ? T(NAN) : top[r];
+          continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += shifted[r * n + j];
+        out[first + r] = static_cast<T>(top[r] + std::log(sum));
       }
-      for (int64_t j = 0; j < n; ++j) shifted[j] = row[j] - top;
-      exp_inplace(shifted.data(), n);
-      double sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += shifted[j];
-      out[r] = static_cast<T>(top + std::log(sum));
     }
   }
 }

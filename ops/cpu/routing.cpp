@@ -18,6 +18,10 @@ namespace {
 // Loops over fewer elements than this stay on one thread: an OpenMP region
 // costs microseconds, more than copying a few thousand floats.
 constexpr int64_t kParallelElements = 1 << 14;
+// Up to this k (routers pick 1-8 of a few experts), topk inserts each index into
+// the sorted best k so far (n·k comparisons at worst, about n on random rows);
+// above it, a partial sort (n·log k).
+constexpr int64_t kInsertionTopK = 8;
 
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a,
           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0) {
@@ -117,6 +121,17 @@ void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indic
         if (!a_nan && v[a] != v[b]) return v[a] > v[b];
         return a < b;
       };
+      if (k <= kInsertionTopK) {  // insert each index into the sorted best k so far
+        int32_t* best = indices + row * k;
+        int64_t kept = 0;
+        for (int32_t j = 0; j < int32_t(n); ++j) {
+          if (kept == k && !ranks_before(j, best[k - 1])) continue;
+          int64_t pos = kept < k ? kept++ : k - 1;
+          for (; pos > 0 && ranks_before(j, best[pos - 1]); --pos) best[pos] = best[pos - 1];
+          best[pos] = j;
+        }
+        continue;
+      }
       std::iota(candidates.begin(), candidates.end(), 0);
       std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(), ranks_before);
       std::copy(candidates.begin(), candidates.begin() + k, indices + row * k);

@@ -43,4 +43,20 @@ void exp_inplace(double* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }
 
+template <typename T>
+void exp_minus_row_max(const T* x, int64_t rows, int64_t n, T* e, T* top) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * n;  // [n]
+    T* er = e + r * n;
+    top[r] = max_of(xr, n, T(-INFINITY));
+    const T shift = top[r] == T(-INFINITY) ? T(0) : top[r];  // all -inf: exp(-inf - 0) = 0
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) er[j] = xr[j] - shift;
+  }
+  exp_inplace(e, rows * n);
+}
+
+template void exp_minus_row_max<float>(const float*, int64_t, int64_t, float*, float*);
+template void exp_minus_row_max<double>(const double*, int64_t, int64_t, double*, double*);
+
 }  // namespace headroom::cpu
