@@ -70,7 +70,8 @@ GroupTables upload_tables(const AttentionProblem& p, int tile_rows, Device devic
   HEADROOM_CHECK(rows < kLimit && p.num_keys < kLimit,
                  "[attention] CUDA kernels take fewer than 2^31 query rows and keys, got ", rows, " rows and ",
                  p.num_keys, " keys");
-  HEADROOM_CHECK(p.row_heads.empty(), "[attention] CUDA kernels take one head per query group");
+  HEADROOM_CHECK(p.row_heads.empty() && !p.row_of, "[attention] CUDA kernels take one head per query group, "
+                 "rows in the caller's order");
   std::vector<QueryTile> tiles;
   std::vector<RowRange> pair_rows(p.batch * p.heads, RowRange{0, 0});
   for (const cpu::AttentionGroup& g : p.groups) {

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <memory>
 
-#include "headroom/autograd/grad_mode.h"
 #include "headroom/autograd/node.h"
 #include "headroom/cuda/attention.h"
 #include "headroom/ops/cpu/attention.h"
@@ -92,24 +91,12 @@ void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, c
   });
 }
 
-// The kernels' order of the caller's rows: kernel row i is caller row
-// to_kernel[i], caller row r is kernel row from_kernel[r] (both i32 [R]).
-// Undefined: the same order.
-struct RowOrder {
-  Tensor to_kernel, from_kernel;
-};
-
-// rows [R, d_h] reordered as `index` says (row i = rows[index[i]]), outside autograd.
-Tensor reordered(const Tensor& rows, const Tensor& index) {
-  if (!index.defined()) return rows;
-  NoGradGuard no_grad;
-  return index_select(rows, 0, index);
-}
-
 // The op both forms share.  q_rows [R, d_h]; k, v [B, h_kv, S, d_h] → [R, d_h].
-// The problem's rows are in the kernel's order; q and the result in the caller's.
+// The problem's rows are in the kernel's order; q and the result in the
+// caller's, which row_of (i32 [R], CPU only) maps kernel rows to when the two
+// differ (undefined: the same order).
 Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, const Tensor& v,
-                      AttentionProblem problem, const Tensor& key_padding_mask, const RowOrder& rows = {}) {
+                      AttentionProblem problem, const Tensor& key_padding_mask, const Tensor& row_of = Tensor()) {
   // The CPU kernel reads K and V in place when they share a layout with
   // contiguous rows (MoA's are column slices of one projection); CUDA's
   // kernels take them contiguous.
@@ -118,27 +105,25 @@ Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, con
   for (int i = 0; i < 3; ++i) problem.kv_strides[i] = k_c.strides()[i];
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
   problem.key_padding = mask.defined() ? mask.data<uint8_t>() : nullptr;
-  Tensor q_kernel = reordered(q_c, rows.to_kernel);                                        // [R, d_h]
-  Tensor out_kernel = Tensor::empty(q_c.shape(), q_c.dtype(), q_c.device());               // [R, d_h]
+  problem.row_of = row_of.defined() ? row_of.data<int32_t>() : nullptr;
+  Tensor out = Tensor::empty(q_c.shape(), q_c.dtype(), q_c.device());  // [R, d_h]
   Tensor lse = Tensor::empty({q_c.size(0)}, q_c.dtype(), q_c.device());  // [R]: log-sum-exp of each row's scores
-  run_forward(problem, q_kernel, k_c, v_c, out_kernel, lse);
-  Tensor out = reordered(out_kernel, rows.from_kernel);
+  run_forward(problem, q_c, k_c, v_c, out, lse);
 
-  // Backward recomputes P from q, k and lse (cpu/attention.h), all in the kernel's order.
+  // Backward recomputes P from q, k and lse (cpu/attention.h).
   auto shared = std::make_shared<const AttentionProblem>(std::move(problem));
   autograd::record(
-      out, op, {q_c, k_c, v_c}, {q_kernel, k_c, v_c, out_kernel.detach(), lse, mask, rows.to_kernel, rows.from_kernel},
+      out, op, {q_c, k_c, v_c}, {q_c, k_c, v_c, out.detach(), lse, mask, row_of},
       [shared](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-        const Tensor &q = s[0], &k = s[1], &v = s[2], &out = s[3], &lse = s[4], &mask = s[5];
-        const RowOrder rows{s[6], s[7]};
+        const Tensor &q = s[0], &k = s[1], &v = s[2], &out = s[3], &lse = s[4], &mask = s[5], &row_of = s[6];
         AttentionProblem p = *shared;
         p.key_padding = mask.defined() ? mask.data<uint8_t>() : nullptr;
-        Tensor dout = reordered(g.contiguous(), rows.to_kernel);      // [R, d_h]
+        p.row_of = row_of.defined() ? row_of.data<int32_t>() : nullptr;
         Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());  // [R, d_h]
         Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());  // [B, h_kv, S, d_h]
         Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-        run_backward(p, q, k, v, out, lse, dout, dq, dk, dv);
-        if (grads.wants(0)) grads.add(0, reordered(dq, rows.from_kernel));
+        run_backward(p, q, k, v, out, lse, g.contiguous(), dq, dk, dv);
+        if (grads.wants(0)) grads.add(0, dq);
         if (grads.wants(1)) grads.add(1, dk);
         if (grads.wants(2)) grads.add(2, dv);
       });
@@ -190,7 +175,7 @@ Tensor routed_attention(const Tensor& q_rows, const Tensor& k, const Tensor& v, 
       p.positions.push_back(int32_t(pair / plan.k % seq_len));
       p.row_heads.push_back(segment[position[pair]]);
     }
-    return attention_rows(op, q_rows, k, v, std::move(p), opts.key_padding_mask, {plan.position, plan.order});
+    return attention_rows(op, q_rows, k, v, std::move(p), opts.key_padding_mask, plan.position.contiguous());
   }
   // One group per (segment = head, batch): a segment's rows are in token
   // order, so each batch's rows form one run, sorted by position.  The groups

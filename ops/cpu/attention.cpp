@@ -79,6 +79,8 @@ int threads_for(const AttentionProblem& p, int64_t cost) {
 // Per-thread buffers, each one score block [kQueryTile, kKeyBlock].
 template <typename T>
 struct Scratch {
+  explicit Scratch(int64_t d) : rows_in(kQueryTile * d), grad_rows_in(kQueryTile * d), rows_out(kQueryTile * d) {}
+  std::vector<T> rows_in, grad_rows_in, rows_out;  // a tile's rows of q, dout and out/dq when p.row_of reorders
   std::vector<T> scores = std::vector<T>(kQueryTile * kKeyBlock);
   std::vector<T> grad_scores = std::vector<T>(kQueryTile * kKeyBlock);
   std::vector<T> dropped = std::vector<T>(kQueryTile * kKeyBlock);  // backward: P after dropout
@@ -86,13 +88,40 @@ struct Scratch {
   std::vector<T> row_sum = std::vector<T>(kQueryTile);  // forward: softmax sums; backward: D
 };
 
-// scores[rows, n] = scale * Q_tile · K[s0 : s0+n]ᵀ, with -inf where the key is
+// The caller's row for kernel row r.
+int64_t caller_row(const AttentionProblem& p, int64_t r) { return p.row_of ? p.row_of[r] : r; }
+
+// The tile's rows of x [R, d_h] (caller's order) as one contiguous [rows, d_h]
+// block: in place, or copied into `buffer` when p.row_of reorders.
+template <typename T>
+const T* load_rows(const AttentionProblem& p, const Tile<T>& tile, const T* x, T* buffer) {
+  const int64_t d = p.d_h;
+  if (!p.row_of) return x + tile.row0 * d;
+  for (int64_t i = 0; i < tile.rows; ++i) std::copy_n(x + caller_row(p, tile.row0 + i) * d, d, buffer + i * d);
+  return buffer;
+}
+
+// Where the tile's output rows [rows, d_h] accumulate: x's rows in place, or
+// `buffer`, which store_rows then copies to the caller's rows.
+template <typename T>
+T* output_rows(const AttentionProblem& p, const Tile<T>& tile, T* x, T* buffer) {
+  return p.row_of ? buffer : x + tile.row0 * p.d_h;
+}
+
+template <typename T>
+void store_rows(const AttentionProblem& p, const Tile<T>& tile, const T* rows, T* x) {
+  const int64_t d = p.d_h;
+  if (!p.row_of) return;
+  for (int64_t i = 0; i < tile.rows; ++i) std::copy_n(rows + i * d, d, x + caller_row(p, tile.row0 + i) * d);
+}
+
+// scores[rows, n] = scale * Q_tile · K[s0 : s0+n]ᵀ (q_rows: the tile's [rows, d_h]), with -inf where the key is
 // hidden from the row (after its causal limit, or padded).
 template <typename T>
-void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q, int64_t s0, int64_t n,
+void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q_rows, int64_t s0, int64_t n,
                    T* scores) {
   const int64_t d = p.d_h, ld = p.kv_strides[2];
-  gemm(false, true, tile.rows, n, d, T(p.scale), q + tile.row0 * d, d, tile.k + s0 * ld, ld, T(0), scores, n);
+  gemm(false, true, tile.rows, n, d, T(p.scale), q_rows, d, tile.k + s0 * ld, ld, T(0), scores, n);
   const uint8_t* padded = p.key_padding ? p.key_padding + tile.batch * p.num_keys + s0 : nullptr;
   for (int64_t i = 0; i < tile.rows; ++i) {
     T* row = scores + i * n;
@@ -161,7 +190,8 @@ template <typename T>
 void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out, T* lse,
                   Scratch<T>& s) {
   const int64_t d = p.d_h, m = tile.rows, ld = p.kv_strides[2];
-  T* acc = out + tile.row0 * d;  // [m, d]: the output rows accumulate in place
+  const T* q_tile = load_rows(p, tile, q, s.rows_in.data());  // [m, d]
+  T* acc = output_rows(p, tile, out, s.rows_out.data());      // [m, d]: the output rows accumulate here
   std::fill(acc, acc + m * d, T(0));
   std::fill(s.row_max.begin(), s.row_max.end(), -kInf<T>);
   std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
@@ -170,7 +200,7 @@ void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T*
     const Tile<T> live = rows_seeing(p, tile, s0);
     const int64_t first = live.row0 - tile.row0;  // live rows are tile rows [first, m)
     T* probs = s.scores.data();  // [live.rows, n]
-    masked_scores(p, live, q, s0, n, probs);
+    masked_scores(p, live, q_tile + first * d, s0, n, probs);
     for (int64_t i = 0; i < live.rows; ++i)
       online_softmax_row(probs + i * n, n, s.row_max[first + i], s.row_sum[first + i], acc + (first + i) * d, d);
     if (p.dropout > 0) apply_dropout(p, live, s0, n, probs, probs);
@@ -180,8 +210,9 @@ void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T*
     const T sum = s.row_sum[i];
     const T inv = sum > 0 ? T(1) / sum : T(0);
     for (int64_t c = 0; c < d; ++c) acc[i * d + c] *= inv;
-    lse[tile.row0 + i] = sum > 0 ? s.row_max[i] + std::log(sum) : kInf<T>;
+    lse[caller_row(p, tile.row0 + i)] = sum > 0 ? s.row_max[i] + std::log(sum) : kInf<T>;
   }
+  store_rows(p, tile, acc, out);
 }
 
 // dq rows of the tile, and dk/dv [S, d_h] of its (b, head) (accumulated).
@@ -189,23 +220,27 @@ template <typename T>
 void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, const T* out, const T* lse,
                    const T* dout, T* dq, T* dk, T* dv, Scratch<T>& s) {
   const int64_t d = p.d_h, m = tile.rows, ld = p.kv_strides[2];
-  std::fill(dq + tile.row0 * d, dq + (tile.row0 + m) * d, T(0));
+  const T* q_tile = load_rows(p, tile, q, s.rows_in.data());              // [m, d]
+  const T* dout_tile = load_rows(p, tile, dout, s.grad_rows_in.data());  // [m, d]
+  T* dq_tile = output_rows(p, tile, dq, s.rows_out.data());             // [m, d]
+  std::fill(dq_tile, dq_tile + m * d, T(0));
   T* row_dot = s.row_sum.data();  // D = rowsum(dO ∘ O)  [m]
   for (int64_t i = 0; i < m; ++i) {
+    const T* out_row = out + caller_row(p, tile.row0 + i) * d;
     T acc = 0;
-    for (int64_t c = 0; c < d; ++c) acc += dout[(tile.row0 + i) * d + c] * out[(tile.row0 + i) * d + c];
+    for (int64_t c = 0; c < d; ++c) acc += dout_tile[i * d + c] * out_row[c];
     row_dot[i] = acc;
   }
   for (int64_t s0 = 0; s0 < tile.num_keys; s0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, tile.num_keys - s0);
     const Tile<T> live = rows_seeing(p, tile, s0);
     const int64_t rows = live.rows, first = live.row0 - tile.row0;  // live rows are tile rows [first, m)
-    const T* q_live = q + live.row0 * d;  // [rows, d]
-    const T* dout_live = dout + live.row0 * d;
+    const T* q_live = q_tile + first * d;  // [rows, d]
+    const T* dout_live = dout_tile + first * d;
     T* probs = s.scores.data();        // P  [rows, n]
     T* dprobs = s.grad_scores.data();  // dP, then dS  [rows, n]
-    masked_scores(p, live, q, s0, n, probs);
-    for (int64_t i = 0; i < rows; ++i) exp_shifted(probs + i * n, n, lse[live.row0 + i]);
+    masked_scores(p, live, q_live, s0, n, probs);
+    for (int64_t i = 0; i < rows; ++i) exp_shifted(probs + i * n, n, lse[caller_row(p, live.row0 + i)]);
     gemm(false, true, rows, n, d, T(1), dout_live, d, tile.v + s0 * ld, ld, T(0), dprobs, n);  // dO·Vᵀ
     const T* kept_probs = probs;  // P after dropout
     if (p.dropout > 0) {
@@ -218,9 +253,10 @@ void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, c
       for (int64_t j = 0; j < n; ++j)
         dprobs[i * n + j] = probs[i * n + j] * (dprobs[i * n + j] - row_dot[first + i]);  // dS
     const T scale = T(p.scale);
-    gemm(true, false, n, d, rows, scale, dprobs, n, q_live, d, T(1), dk + s0 * d, d);                 // dK += dSᵀ·Q
-    gemm(false, false, rows, d, n, scale, dprobs, n, tile.k + s0 * ld, ld, T(1), dq + live.row0 * d, d);  // dQ += dS·K
+    gemm(true, false, n, d, rows, scale, dprobs, n, q_live, d, T(1), dk + s0 * d, d);                    // dK += dSᵀ·Q
+    gemm(false, false, rows, d, n, scale, dprobs, n, tile.k + s0 * ld, ld, T(1), dq_tile + first * d, d);  // dQ += dS·K
   }
+  store_rows(p, tile, dq_tile, dq);
 }
 
 // Calls fn(tile) for every tile of a group.
@@ -243,7 +279,7 @@ void attention_forward(const AttentionProblem& p, const T* q, const T* k, const 
   BlasSingleThreadGuard blas_single_thread;
 #pragma omp parallel num_threads(threads_for(p, total_cost))
   {
-    Scratch<T> scratch;
+    Scratch<T> scratch(p.d_h);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < int64_t(tiles.size()); ++i) forward_tile(p, tiles[i], q, out, lse, scratch);
   }
@@ -275,7 +311,7 @@ void attention_backward(const AttentionProblem& p, const T* q, const T* k, const
   BlasSingleThreadGuard blas_single_thread;
 #pragma omp parallel num_threads(threads_for(p, total_cost))
   {
-    Scratch<T> scratch;
+    Scratch<T> scratch(p.d_h);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < int64_t(order.size()); ++i)
       for (size_t gi : items[order[i].second]) {

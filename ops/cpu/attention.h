@@ -55,11 +55,16 @@ struct AttentionProblem {
   std::vector<int32_t> positions;  // [R]: query position t of each row
   std::vector<int32_t> row_heads;  // [R]: the head of each row, when a group mixes heads
                                    // (K/V shared); empty: every row has its group's head
+  const int32_t* row_of = nullptr;  // [R]: the caller's row (of q, out, lse, dout, dq) that
+                                    // kernel row i stands for, when the kernel takes the rows
+                                    // in another order; null: the same order
 };
 
 // q [R, d_h]; k, v [B, h_kv, S, d_h] laid out as p.kv_strides says (rows of
 // d_h contiguous; MoA's K and V are column slices of one projection); out
-// [R, d_h]; lse [R]; all but k and v contiguous.
+// [R, d_h]; lse [R]; all but k and v contiguous.  q, out and lse (and dout,
+// dq below) are in the caller's row order: with p.row_of, a tile copies its
+// rows in and out, so no pass reorders whole tensors.
 template <typename T>
 void attention_forward(const AttentionProblem& p, const T* q, const T* k, const T* v, T* out, T* lse);
 
