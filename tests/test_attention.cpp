@@ -111,7 +111,7 @@ Tensor scatter_pairs(const Tensor& rows, const RoutePlan& plan, const Shape& den
 
 }  // namespace
 
-TEST_CASE("exp_inplace: the polynomial exp is accurate to ~1e-7 and 0 below -87.3") {
+TEST_CASE("exp_inplace: the polynomial exp is accurate to ~1e-7, 0 below -87.3 and NaN for NaN") {
   std::vector<float> x;
   for (double v = -87.0; v <= 88.0; v += 0.0137) x.push_back(float(v));
   std::vector<float> y = x;
@@ -122,6 +122,10 @@ TEST_CASE("exp_inplace: the polynomial exp is accurate to ~1e-7 and 0 below -87.
   std::vector<float> low = {-87.5f, -1000.0f, -std::numeric_limits<float>::infinity(), 0.0f};
   cpu::exp_inplace(low.data(), 4);
   CHECK(low == std::vector<float>{0, 0, 0, 1});
+  std::vector<float> nan = {1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f};  // UBSan checks the int conversion
+  cpu::exp_inplace(nan.data(), 3);
+  CHECK(std::isnan(nan[1]));
+  CHECK(nan[2] == doctest::Approx(std::exp(2.0)).epsilon(1e-6));
 }
 
 TEST_CASE("attention f32 forward equals the materialised loop over multi-tile shapes and every mask") {

@@ -9,7 +9,7 @@ namespace headroom::cpu {
 void exp_inplace(float* x, int64_t n) {
   // exp(x) = 2^k * exp(r), k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2]
   // (ln 2 split in two parts so r is exact), exp(r) by Cephes' degree-7 polynomial.
-  // Three passes over chunks, because GCC (with its default -ftrapping-math)
+  // Separate passes over chunks, because GCC (with its default -ftrapping-math)
   // vectorises a clamp or a select alone but not one feeding the polynomial.
   constexpr float kLowest = -87.3f, kHighest = 88.0f;  // below kLowest: exactly 0
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
@@ -18,7 +18,12 @@ void exp_inplace(float* x, int64_t n) {
   for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
     const int64_t m = std::min(kChunk, n - i0);
     float* xs = x + i0;
-    for (int64_t i = 0; i < m; ++i) clamped[i] = std::min(std::max(xs[i], kLowest), kHighest);
+    // NaN: counted in a pass of its own (a NaN test inside the passes below
+    // keeps them scalar), clamped to kLowest (max(kLowest, NaN) is kLowest) so
+    // that the polynomial never converts it to int, and put back at the end.
+    int nans = 0;
+    for (int64_t i = 0; i < m; ++i) nans += xs[i] != xs[i];
+    for (int64_t i = 0; i < m; ++i) clamped[i] = std::min(std::max(kLowest, xs[i]), kHighest);
     for (int64_t i = 0; i < m; ++i) {
       const float c = clamped[i];
       const float k = (c * 1.44269504088896341f + kRound) - kRound;
@@ -35,6 +40,8 @@ void exp_inplace(float* x, int64_t n) {
       std::memcpy(&two_k, &bits, sizeof two_k);
       result[i] = poly * two_k;
     }
+    if (nans)
+      for (int64_t i = 0; i < m; ++i) result[i] = xs[i] != xs[i] ? xs[i] : result[i];
     for (int64_t i = 0; i < m; ++i) xs[i] = xs[i] < kLowest ? 0.0f : result[i];
   }
 }

@@ -8,7 +8,8 @@ namespace headroom::cpu {
 
 // x[i] = exp(x[i]) in place.  The float version is a branch-free polynomial
 // (Cephes expf, relative error ~1e-7) that the compiler vectorises; inputs
-// below -87.3 (including -inf) give exactly 0.  The double version calls std::exp.
+// below -87.3 (including -inf) give exactly 0, inputs above 88 saturate at
+// e^88, and NaN gives NaN.  The double version calls std::exp.
 void exp_inplace(float* x, int64_t n);
 void exp_inplace(double* x, int64_t n);
 
