@@ -79,7 +79,8 @@ int threads_for(const AttentionProblem& p, int64_t cost) {
 // Per-thread buffers, each one score block [kQueryTile, kKeyBlock].
 template <typename T>
 struct Scratch {
-  explicit Scratch(int64_t d) : rows_in(kQueryTile * d), grad_rows_in(kQueryTile * d), rows_out(kQueryTile * d) {}
+  explicit Scratch(const AttentionProblem& p)
+      : rows_in(p.row_of ? kQueryTile * p.d_h : 0), grad_rows_in(rows_in.size()), rows_out(rows_in.size()) {}
   std::vector<T> rows_in, grad_rows_in, rows_out;  // a tile's rows of q, dout and out/dq when p.row_of reorders
   std::vector<T> scores = std::vector<T>(kQueryTile * kKeyBlock);
   std::vector<T> grad_scores = std::vector<T>(kQueryTile * kKeyBlock);
@@ -115,8 +116,9 @@ void store_rows(const AttentionProblem& p, const Tile<T>& tile, const T* rows, T
   for (int64_t i = 0; i < tile.rows; ++i) std::copy_n(rows + i * d, d, x + caller_row(p, tile.row0 + i) * d);
 }
 
-// scores[rows, n] = scale * Q_tile · K[s0 : s0+n]ᵀ (q_rows: the tile's [rows, d_h]), with -inf where the key is
-// hidden from the row (after its causal limit, or padded).
+// scores[rows, n] = scale * Q_tile · K[s0 : s0+n]ᵀ, with -inf where the key is
+// hidden from the row (after its causal limit, or padded).  q_rows: the
+// tile's queries, [rows, d_h].
 template <typename T>
 void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q_rows, int64_t s0, int64_t n,
                    T* scores) {
@@ -253,8 +255,9 @@ void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, c
       for (int64_t j = 0; j < n; ++j)
         dprobs[i * n + j] = probs[i * n + j] * (dprobs[i * n + j] - row_dot[first + i]);  // dS
     const T scale = T(p.scale);
-    gemm(true, false, n, d, rows, scale, dprobs, n, q_live, d, T(1), dk + s0 * d, d);                    // dK += dSᵀ·Q
-    gemm(false, false, rows, d, n, scale, dprobs, n, tile.k + s0 * ld, ld, T(1), dq_tile + first * d, d);  // dQ += dS·K
+    // dK += dSᵀ·Q, dQ += dS·K
+    gemm(true, false, n, d, rows, scale, dprobs, n, q_live, d, T(1), dk + s0 * d, d);
+    gemm(false, false, rows, d, n, scale, dprobs, n, tile.k + s0 * ld, ld, T(1), dq_tile + first * d, d);
   }
   store_rows(p, tile, dq_tile, dq);
 }
@@ -279,7 +282,7 @@ void attention_forward(const AttentionProblem& p, const T* q, const T* k, const 
   BlasSingleThreadGuard blas_single_thread;
 #pragma omp parallel num_threads(threads_for(p, total_cost))
   {
-    Scratch<T> scratch(p.d_h);
+    Scratch<T> scratch(p);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < int64_t(tiles.size()); ++i) forward_tile(p, tiles[i], q, out, lse, scratch);
   }
@@ -311,7 +314,7 @@ void attention_backward(const AttentionProblem& p, const T* q, const T* k, const
   BlasSingleThreadGuard blas_single_thread;
 #pragma omp parallel num_threads(threads_for(p, total_cost))
   {
-    Scratch<T> scratch(p.d_h);
+    Scratch<T> scratch(p);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < int64_t(order.size()); ++i)
       for (size_t gi : items[order[i].second]) {

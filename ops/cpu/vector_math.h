@@ -1,6 +1,7 @@
 #pragma once
-// Vectorisable row primitives shared by the CPU kernels (softmax, attention):
-// max, sum and an in-place exp that the compiler turns into SIMD code.
+// Vectorisable row primitives shared by the CPU kernels (softmax, logsumexp,
+// attention): max, sum, an in-place exp that the compiler turns into SIMD
+// code, and exp(x - row max) over blocks of rows.
 #include <algorithm>
 #include <cstdint>
 
@@ -35,7 +36,9 @@ T sum_of(const T* x, int64_t n) {
 // elements: about 2048 elements, which stay in L1, and enough rows that short
 // rows (a router's 8 experts) still fill whole vectors in one exp call.
 constexpr int64_t kMaxBlockRows = 256;
-inline int64_t rows_per_block(int64_t n) { return std::clamp<int64_t>(2048 / std::max<int64_t>(n, 1), 1, kMaxBlockRows); }
+inline int64_t rows_per_block(int64_t n) {
+  return std::clamp<int64_t>(2048 / std::max<int64_t>(n, 1), 1, kMaxBlockRows);
+}
 
 // For each row r of x [rows, n]: top[r] = the row's max and e[r, :] =
 // exp(x[r, :] - top[r]), with one exp call for all rows.  A row of all -inf
