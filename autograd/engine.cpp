@@ -49,13 +49,65 @@ void accumulate(Tensor& sum, Tensor g) {
   else sum = headroom::add(sum, g);
 }
 
-void Grads::add(size_t i, const Tensor& grad) {
+// The elements of `full` that `region` names, and their shape.
+Tensor region_of(const Tensor& full, const SliceRegion& region) {
+  return full.slice(region.dim, region.start, region.end, region.step);
+}
+Shape region_shape(Shape shape, const SliceRegion& region) {
+  shape[region.dim] = (region.end - region.start + region.step - 1) / region.step;
+  return shape;
+}
+
+// Zeros of `shape` with g in `region`.
+Tensor zeros_around(const Shape& shape, const Tensor& g, const SliceRegion& region) {
+  Tensor whole = Tensor::zeros(shape, g.dtype(), g.device());
+  region_of(whole, region).copy_(g);
+  return whole;
+}
+
+// whole's elements in `region` += g, in place: the rest is not touched.
+void add_to_region(const Tensor& whole, const Tensor& g, const SliceRegion& region) {
+  Tensor target = region_of(whole, region);
+  target.copy_(headroom::add(target, g));
+}
+
+// sum (the gradient of a tensor of shape `shape`, undefined while none has
+// arrived) += g placed in `region`; a shared sum is copied first.
+void accumulate_slice(Tensor& sum, const Shape& shape, Tensor g, const SliceRegion& region) {
+  if (!sum.defined()) {
+    sum = zeros_around(shape, g, region);
+    return;
+  }
+  if (g.dtype() != sum.dtype()) g = g.to(sum.dtype());
+  if (!sole_owner(sum)) sum = sum.clone();
+  add_to_region(sum, g, region);
+}
+
+bool Grads::wanted_checked(size_t i) const {
   HEADROOM_CHECK(i < wanted_.size(), "[", op_, "] backward wrote gradient ", i, " but the op has ",
                  wanted_.size(), " inputs");
-  if (!wanted_[i]) return;
-  HEADROOM_CHECK(grad.shape() == shapes_[i], "[", op_, "] backward produced a gradient of shape ",
-                 shape_str(grad.shape()), " for input ", i, " of shape ", shape_str(shapes_[i]));
-  accumulate(values_[i], grad);
+  return wanted_[i];
+}
+
+void Grads::check_shape(size_t i, const Tensor& grad, const Shape& expected) const {
+  HEADROOM_CHECK(grad.shape() == expected, "[", op_, "] backward produced a gradient of shape ",
+                 shape_str(grad.shape()), " for input ", i, " of shape ", shape_str(expected));
+}
+
+void Grads::add(size_t i, const Tensor& grad) {
+  if (!wanted_checked(i)) return;
+  check_shape(i, grad, shapes_[i]);
+  InputGrad& value = values_[i];
+  if (value.sliced) value = {zeros_around(shapes_[i], value.grad, value.region), false, {}};  // now whole
+  accumulate(value.grad, grad);
+}
+
+void Grads::add_to_slice(size_t i, const Tensor& grad, const SliceRegion& region) {
+  if (!wanted_checked(i)) return;
+  check_shape(i, grad, region_shape(shapes_[i], region));
+  HEADROOM_CHECK(!values_[i].grad.defined(), "[", op_, "] backward gave input ", i,
+                 " a slice gradient after another gradient");
+  values_[i] = {grad, true, region};
 }
 
 bool needs_grad(const std::vector<Tensor>& inputs) {
@@ -116,8 +168,14 @@ std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>
 // it in place), so the first gradient is copied and later ones added into it.
 // A leaf keeps its first gradient when it is the sole owner (a fresh GEMM
 // result, say) and copies it otherwise; later gradients are added in place.
-void accumulate_leaf(TensorImpl& leaf, Tensor g) {
+void accumulate_leaf(TensorImpl& leaf, InputGrad input_grad) {
+  Tensor g = std::move(input_grad.grad);  // moved: a copy of the handle would make g look shared
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
+  if (input_grad.sliced) {  // .grad is the leaf's own: the slice is added in place
+    if (!leaf.grad) leaf.grad = zeros_around(leaf.shape, g, input_grad.region).impl_shared();
+    else add_to_region(Tensor(leaf.grad), g, input_grad.region);
+    return;
+  }
   if (!leaf.grad) {
     leaf.grad = (sole_owner(g) ? g : g.clone()).impl_shared();
     return;
@@ -153,7 +211,7 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
                  shape_str(root.shape()));
   NoGradGuard no_grad;
   if (root.is_leaf()) {
-    accumulate_leaf(*root.impl_shared(), grad_root);
+    accumulate_leaf(*root.impl_shared(), {grad_root, false, {}});
     return;
   }
   Node* root_node = root.grad_fn().get();
@@ -177,11 +235,16 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
     node.backward(node.saved, grad_out, grads);
     grad_out = Tensor();  // a view of it passed on (reshape's gradient) may now own its storage alone
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      Tensor g = grads.take(i);
-      if (!g.defined()) continue;
+      InputGrad g = grads.take(i);
+      if (!g.grad.defined()) continue;
       const Edge& edge = node.inputs[i];
-      if (edge.node) accumulate(pending[edge.node.get()], std::move(g));
-      else if (edge.leaf) accumulate_leaf(*edge.leaf, std::move(g));
+      if (edge.node) {
+        Tensor& sum = pending[edge.node.get()];
+        if (g.sliced) accumulate_slice(sum, node.input_shapes[i], std::move(g.grad), g.region);
+        else accumulate(sum, std::move(g.grad));
+      } else if (edge.leaf) {
+        accumulate_leaf(*edge.leaf, std::move(g));
+      }
     }
     if (!retain_graph) release(node);
   }

@@ -50,6 +50,20 @@ class Saved {
   std::vector<Item> items_;
 };
 
+// The elements input.slice(dim, start, end, step) of an op input.
+struct SliceRegion {
+  int dim = 0;
+  int64_t start = 0, end = 0, step = 1;
+};
+
+// A gradient for one input: for the whole input, or (slice's backward) for
+// one slice of it, the rest being 0.
+struct InputGrad {
+  Tensor grad;
+  bool sliced = false;
+  SliceRegion region;
+};
+
 // The gradients a backward function produces, one slot per op input.
 class Grads {
  public:
@@ -57,12 +71,19 @@ class Grads {
       : wanted_(std::move(wanted)), shapes_(std::move(shapes)), values_(wanted_.size()), op_(std::move(op)) {}
   bool wants(size_t i) const { return i < wanted_.size() && wanted_[i]; }
   void add(size_t i, const Tensor& grad);  // accumulates; checks the shape matches the input
-  Tensor take(size_t i) { return std::move(values_[i]); }  // the engine hands each one on once
+  // The gradient of one slice of input i, which is all this backward gives
+  // that input.  The engine adds it into that slice of the input's gradient,
+  // so splitting a fused projection into column slices does not build a
+  // full-size tensor of zeros per slice and then sum them.
+  void add_to_slice(size_t i, const Tensor& grad, const SliceRegion& region);
+  InputGrad take(size_t i) { return std::move(values_[i]); }  // the engine hands each one on once
 
  private:
+  bool wanted_checked(size_t i) const;  // wants(i), but throws for an input the op lacks
+  void check_shape(size_t i, const Tensor& grad, const Shape& expected) const;
   std::vector<bool> wanted_;
   std::vector<Shape> shapes_;
-  std::vector<Tensor> values_;
+  std::vector<InputGrad> values_;
   std::string op_;
 };
 

@@ -105,14 +105,14 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   Strides strides = this->strides();
   shape[d] = (end - start + step - 1) / step;
   strides[d] *= step;
-  Shape in_shape = this->shape();
-  Device device = this->device();
-  return record_view(make_view(*this, shape, strides, offset() + start * this->strides()[d]), "slice",
-                     *this, [=](const Tensor& g) {
-                       Tensor full = Tensor::zeros(in_shape, g.dtype(), device);
-                       full.slice(d, start, end, step).copy_(g);
-                       return full;
-                     });
+  Tensor out = make_view(*this, shape, strides, offset() + start * this->strides()[d]);
+  // The gradient goes to the slice only (the engine adds it in place there).
+  const autograd::SliceRegion region{d, start, end, step};
+  autograd::record(out, "slice", {*this}, {},
+                   [region](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
+                     grads.add_to_slice(0, g, region);
+                   });
+  return out;
 }
 
 Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
