@@ -98,7 +98,7 @@ void Grads::add(size_t i, const Tensor& grad) {
   if (!wanted_checked(i)) return;
   check_shape(i, grad, shapes_[i]);
   InputGrad& value = values_[i];
-  if (value.sliced) value = {zeros_around(shapes_[i], value.grad, value.region), false, {}};  // now whole
+  if (value.slice) value = {zeros_around(shapes_[i], value.grad, *value.slice), std::nullopt};  // now whole
   accumulate(value.grad, grad);
 }
 
@@ -107,7 +107,7 @@ void Grads::add_to_slice(size_t i, const Tensor& grad, const SliceRegion& region
   check_shape(i, grad, region_shape(shapes_[i], region));
   HEADROOM_CHECK(!values_[i].grad.defined(), "[", op_, "] backward gave input ", i,
                  " a slice gradient after another gradient");
-  values_[i] = {grad, true, region};
+  values_[i] = {grad, region};
 }
 
 bool needs_grad(const std::vector<Tensor>& inputs) {
@@ -171,9 +171,9 @@ std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>
 void accumulate_leaf(TensorImpl& leaf, InputGrad input_grad) {
   Tensor g = std::move(input_grad.grad);  // moved: a copy of the handle would make g look shared
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
-  if (input_grad.sliced) {  // .grad is the leaf's own: the slice is added in place
-    if (!leaf.grad) leaf.grad = zeros_around(leaf.shape, g, input_grad.region).impl_shared();
-    else add_to_region(Tensor(leaf.grad), g, input_grad.region);
+  if (input_grad.slice) {  // .grad is the leaf's own: the slice is added in place
+    if (!leaf.grad) leaf.grad = zeros_around(leaf.shape, g, *input_grad.slice).impl_shared();
+    else add_to_region(Tensor(leaf.grad), g, *input_grad.slice);
     return;
   }
   if (!leaf.grad) {
@@ -211,7 +211,7 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
                  shape_str(root.shape()));
   NoGradGuard no_grad;
   if (root.is_leaf()) {
-    accumulate_leaf(*root.impl_shared(), {grad_root, false, {}});
+    accumulate_leaf(*root.impl_shared(), {grad_root, std::nullopt});
     return;
   }
   Node* root_node = root.grad_fn().get();
@@ -240,7 +240,7 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
       const Edge& edge = node.inputs[i];
       if (edge.node) {
         Tensor& sum = pending[edge.node.get()];
-        if (g.sliced) accumulate_slice(sum, node.input_shapes[i], std::move(g.grad), g.region);
+        if (g.slice) accumulate_slice(sum, node.input_shapes[i], std::move(g.grad), *g.slice);
         else accumulate(sum, std::move(g.grad));
       } else if (edge.leaf) {
         accumulate_leaf(*edge.leaf, std::move(g));

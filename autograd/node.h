@@ -15,6 +15,7 @@
 // Backward functions run with grad mode off, so they may call ordinary ops.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,11 +58,10 @@ struct SliceRegion {
 };
 
 // A gradient for one input: for the whole input, or (slice's backward) for
-// one slice of it, the rest being 0.
+// the region `slice` of it, the rest being 0.
 struct InputGrad {
   Tensor grad;
-  bool sliced = false;
-  SliceRegion region;
+  std::optional<SliceRegion> slice;
 };
 
 // The gradients a backward function produces, one slot per op input.

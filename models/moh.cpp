@@ -186,9 +186,10 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   Tensor q = moh_config.router == MoHConfig::Router::qnorm ? queries(x) : Tensor();
   Routing routing = route_tokens(tokens, q);
   RoutePlan plan = route(routing.heads, h);  // segment = head
-  // Grouped row r is (token, head) pair token * h + head of [N, h]: the flat
-  // position of its pair in routing.heads, picked in plan order.
-  Tensor token_head_rows = index_select(flat_indices(routing.heads, h), 0, plan.order);  // [N*k]
+  // Each slot's (token, head) pair as its flat position token * h + head in [N, h]: [N*k], slot order.
+  Tensor slot_pairs = flat_indices(routing.heads, h);
+  // Grouped row r is the pair of slot plan.order[r].
+  Tensor token_head_rows = index_select(slot_pairs, 0, plan.order);  // [N*k]
 
   KeysValues kv = keys_values(in);  // every head: all tokens need them
   AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
@@ -197,8 +198,7 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d],
   // each token's gates in slot order [N, k] applied as its rows are summed.
   Tensor w_out = o_proj->weight.t().reshape({h, head_dim, config.dim});
-  Tensor slot_gates = index_select(routing.gates.reshape({n * h}), 0, flat_indices(routing.heads, h))
-                          .view(routing.heads.shape());
+  Tensor slot_gates = index_select(routing.gates.reshape({n * h}), 0, slot_pairs).view(routing.heads.shape());
   Tensor out = segment_matmul_scatter(heads, w_out, plan, slot_gates);  // [N, d]
   if (o_proj->bias.defined()) out = out + o_proj->bias;  // not gated
   return finish(routing, out.reshape({batch, seq, config.dim}));
