@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "headroom/ops/reduce.h"
+#include "headroom/ops/cpu/indexed_gemm.h"
 #include "headroom/ops/routing.h"
 #include "helpers.h"
 
@@ -414,6 +415,65 @@ TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-r
   CHECK_CLOSE(y.grad().to_vector<double>(), want_sdy, 1e-12, 0.0);
   CHECK_CLOSE(w.grad().to_vector<double>(), want_sdw, 1e-12, 0.0);
   check_zero_slice(w.grad(), 2);
+}
+
+// The CPU kernel under gather_segment_matmul and segment_matmul_scatter,
+// against a loop: row tiles and column panels with remainders, gathered and
+// scattered rows, scales, stored and added rows, and an empty depth.
+template <typename T>
+void check_indexed_gemm(int64_t depth, int64_t width) {
+  CAPTURE(depth);
+  CAPTURE(width);
+  const int64_t rows = 13, a_height = 17, c_height = 19, lda = depth + 2, ldc = width + 3;
+  Generator gen(uint64_t(7 + depth * 31 + width));
+  auto values = [&](int64_t n) {
+    std::vector<T> v(n);
+    for (T& x : v) x = T(gen.next_uniform() - 0.5);
+    return v;
+  };
+  std::vector<T> a = values(a_height * lda), b = values(depth * width), c = values(c_height * ldc),
+                 scale = values(rows);
+  std::vector<int32_t> a_rows(rows), c_rows(rows);
+  std::vector<uint8_t> add(rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    a_rows[i] = int32_t((i * 5 + 3) % a_height);
+    c_rows[i] = int32_t((i * 7 + 1) % c_height);  // distinct: 7 and 19 are coprime
+    add[i] = uint8_t(i % 3 == 0);
+  }
+  std::vector<T> want = c;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < width; ++j) {
+      T dot = 0;
+      for (int64_t kk = 0; kk < depth; ++kk) dot += a[a_rows[i] * lda + kk] * b[kk * width + j];
+      T& to = want[c_rows[i] * ldc + j];
+      to = scale[i] * dot + (add[i] ? to : T(0));
+    }
+  cpu::IndexedRows<T> p;
+  p.a = a.data(), p.lda = lda, p.a_rows = a_rows.data();
+  p.c = c.data(), p.ldc = ldc, p.c_rows = c_rows.data();
+  p.scale = scale.data(), p.add = add.data();
+  cpu::indexed_gemm(p, rows, b.data(), depth, width);
+  const double tol = std::is_same<T, float>::value ? 1e-5 : 1e-13;
+  CHECK_CLOSE(std::vector<double>(c.begin(), c.end()), std::vector<double>(want.begin(), want.end()), tol, 0.0);
+
+  // Without indices, scales or adds: rows in place, stored unscaled.
+  std::vector<T> plain(rows * width), plain_want(rows * width, T(0));
+  cpu::IndexedRows<T> q;
+  q.a = a.data(), q.lda = lda, q.c = plain.data(), q.ldc = width;
+  cpu::indexed_gemm(q, rows, b.data(), depth, width);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < width; ++j)
+      for (int64_t kk = 0; kk < depth; ++kk) plain_want[i * width + j] += a[i * lda + kk] * b[kk * width + j];
+  CHECK_CLOSE(std::vector<double>(plain.begin(), plain.end()),
+              std::vector<double>(plain_want.begin(), plain_want.end()), tol, 0.0);
+}
+
+TEST_CASE("routing: the indexed GEMM kernel matches a loop") {
+  for (int64_t depth : {0, 1, 70})
+    for (int64_t width : {3, 16, 37, 64}) {
+      check_indexed_gemm<float>(depth, width);
+      check_indexed_gemm<double>(depth, width);
+    }
 }
 
 TEST_CASE("routing: gated segment_matmul_scatter equals scatter_add_rows over segment_matmul") {

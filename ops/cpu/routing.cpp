@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "headroom/core/threading.h"
+#include "headroom/ops/cpu/indexed_gemm.h"
 
 namespace headroom::cpu {
 namespace {
@@ -33,11 +34,10 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
   cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-// Gathered operands reach BLAS this many rows at a time (512 KiB of f32 at
-// d = 512: the tile stays in L2 between the copy and the GEMM, and each GEMM
-// is long enough to repay packing the weight; 128 was slower).
+// Rows per work item of a gathered segment_matmul, and tokens per work item of
+// segment_matmul_scatter: enough to reuse each loaded panel of the weight many
+// times, few enough to balance two threads.
 constexpr int64_t kGatherTile = 256;
-// Tokens per work item of segment_matmul_scatter (measured as for kGatherTile).
 constexpr int64_t kTokenBlock = 256;
 constexpr int64_t kWholeSegment = std::numeric_limits<int64_t>::max();
 
@@ -196,6 +196,19 @@ void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets,
                     int64_t out_features, bool transpose_w, T* out) {
   // Forward: [rows, in] · [in, out].  Transposed: [rows, out] · [in, out]ᵀ.
   const int64_t y_width = transpose_w ? in : out_features;
+  if (x.order && !transpose_w) {  // the indexed GEMM reads each tile's token rows where they are
+    for_each_segment_tile(offsets, segments, kGatherTile, [&](int64_t e, int64_t first, int64_t rows) {
+      int32_t* tokens = thread_buffer<int32_t>(0, rows);
+      for (int64_t i = 0; i < rows; ++i) tokens[i] = int32_t(x.order[first + i] / x.k);
+      IndexedRows<T> tile;
+      tile.a = x.data, tile.lda = x.width, tile.a_rows = tokens;
+      tile.c = out + first * y_width, tile.ldc = y_width;
+      indexed_gemm(tile, rows, w + e * in * out_features, in, out_features);
+    });
+    return;
+  }
+  // BLAS, which reads a transposed w in its packing (transposing it for our
+  // kernel cost more than the kernel saved); gathered rows are copied per tile.
   const int64_t tile = x.order ? kGatherTile : kWholeSegment;  // rows in place: one GEMM per segment
   for_each_segment_tile(offsets, segments, tile, [&](int64_t e, int64_t first, int64_t rows) {
     gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, rows, y_width, x.width,
@@ -209,11 +222,13 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
                             const T* w, int64_t in, int64_t out_features, bool transpose_w, int64_t tokens, T* out,
                             const T* gates) {
   const int64_t y_width = transpose_w ? out_features : in, out_width = transpose_w ? in : out_features;
-  // Tokens [t0, t1): each segment's rows of these tokens are one run.  All
-  // their products go to a per-thread buffer, then each token row is written
-  // once, as the sum of its k products in segment order.
-  auto block = [&](int64_t t0, int64_t t1) {
-    if (k == 0) return std::fill(out + t0 * out_width, out + t1 * out_width, T(0));  // tokens routed nowhere
+  // Tokens [t0, t1): each segment's rows of these tokens are one run.  The
+  // indexed GEMM writes a run's products straight into their token rows, the
+  // first of a token's k (lowest segment) stored and the later ones added.
+  // With transpose_w, BLAS writes them to a per-thread buffer instead, and
+  // each token row is then written once as the sum of its k.  Either way a row
+  // sums its products in segment order.
+  auto blas_block = [&](int64_t t0, int64_t t1) {
     const int64_t rows = (t1 - t0) * k;
     T* products = thread_buffer<T>(0, rows * out_width);  // [rows, out_width], segment after segment
     struct Part {
@@ -247,13 +262,37 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
       }
     }
   };
+  auto indexed_block = [&](int64_t t0, int64_t t1) {
+    const int64_t rows = (t1 - t0) * k;  // at most this many in one segment
+    int32_t* token_of = thread_buffer<int32_t>(0, rows);
+    uint8_t* adds = thread_buffer<uint8_t>(0, rows);
+    T* gate_of = thread_buffer<T>(0, rows);
+    std::vector<uint8_t> written(t1 - t0, 0);
+    for (int64_t e = 0; e < segments; ++e) {
+      const int64_t lo = first_row_of_token(order, k, offsets[e], offsets[e + 1], t0);
+      const int64_t hi = first_row_of_token(order, k, lo, offsets[e + 1], t1);
+      if (lo == hi) continue;
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t t = order[r] / k;
+        token_of[r - lo] = int32_t(t);
+        adds[r - lo] = written[t - t0];
+        written[t - t0] = 1;
+        if (gates) gate_of[r - lo] = gates[order[r]];
+      }
+      IndexedRows<T> run;
+      run.a = y + lo * y_width, run.lda = y_width;
+      run.c = out, run.ldc = out_width, run.c_rows = token_of;
+      run.scale = gates ? gate_of : nullptr, run.add = adds;
+      indexed_gemm(run, hi - lo, w + e * in * out_features, y_width, out_width);
+    }
+  };
+  auto block = [&](int64_t t0, int64_t t1) {
+    if (k == 0) return std::fill(out + t0 * out_width, out + t1 * out_width, T(0));  // tokens routed nowhere
+    transpose_w ? blas_block(t0, t1) : indexed_block(t0, t1);
+  };
   const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
-  if (blocks <= 1) {  // one block keeps all of OpenBLAS's threads
-    block(0, tokens);
-    return;
-  }
   BlasSingleThreadGuard blas_single_thread;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) block(b * kTokenBlock, std::min(tokens, (b + 1) * kTokenBlock));
 }
 

@@ -1,0 +1,137 @@
+// The indexed-row GEMM of the routing ops (see the header).  One register
+// tile: 6 result rows by 2 vector registers of columns, with b's panel of
+// those columns reused by every row tile, as a BLAS micro-kernel does, but
+// without packing: at a routed layer's shapes (depth 64 or 512, ~256 rows per
+// expert) packing costs more than it saves.
+#include "headroom/ops/cpu/indexed_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace headroom::cpu {
+namespace {
+
+// One 256-bit vector of T (8 floats or 4 doubles) as a GCC/Clang vector type:
+// AVX2 FMAs in Release builds (x86-64-v3), pairs of SSE operations elsewhere.
+template <typename T>
+struct Vector;
+template <>
+struct Vector<float> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct Vector<double> {
+  typedef double type __attribute__((vector_size(32)));
+};
+template <typename T>
+using Vec = typename Vector<T>::type;
+template <typename T>
+constexpr int64_t kLanes = int64_t(sizeof(Vec<T>) / sizeof(T));
+
+// 6 rows x 2 vectors: 12 accumulators, plus b's two vectors and one broadcast
+// of a, fit in the 16 vector registers of AVX2.
+constexpr int64_t kTileRows = 6;
+
+template <typename T>
+Vec<T> load(const T* from) {
+  Vec<T> v;
+  std::memcpy(&v, from, sizeof v);
+  return v;
+}
+
+template <typename T>
+void store(T* to, const Vec<T>& v) {
+  std::memcpy(to, &v, sizeof v);
+}
+
+template <typename T>
+const T* a_row(const IndexedRows<T>& p, int64_t i) {
+  return p.a + (p.a_rows ? int64_t(p.a_rows[i]) : i) * p.lda;
+}
+
+template <typename T>
+T* c_row(const IndexedRows<T>& p, int64_t i) {
+  return p.c + (p.c_rows ? int64_t(p.c_rows[i]) : i) * p.ldc;
+}
+
+// Whether row i adds to its c row rather than storing into it.
+template <typename T>
+bool adds(const IndexedRows<T>& p, int64_t i) {
+  return p.add && p.add[i];
+}
+
+// Rows [i0, i0 + count), count <= kTileRows, columns [j0, j0 + 2 kLanes).
+template <typename T>
+void register_tile(const IndexedRows<T>& p, int64_t i0, int64_t count, const T* b, int64_t depth, int64_t width,
+                   int64_t j0) {
+  constexpr int64_t lanes = kLanes<T>;
+  const T* a[kTileRows];  // rows past count repeat row i0: computed, never stored
+  for (int64_t i = 0; i < kTileRows; ++i) a[i] = a_row(p, i0 + (i < count ? i : 0));
+  // The first step sets the accumulators (depth >= 1 here): zeroing them
+  // first compiles to a memset of the array.
+  Vec<T> acc[kTileRows][2];
+  {
+    const Vec<T> b0 = load(b + j0), b1 = load(b + j0 + lanes);
+    for (int64_t i = 0; i < kTileRows; ++i) {
+      acc[i][0] = a[i][0] * b0;
+      acc[i][1] = a[i][0] * b1;
+    }
+  }
+  for (int64_t kk = 1; kk < depth; ++kk) {
+    const Vec<T> b0 = load(b + kk * width + j0), b1 = load(b + kk * width + j0 + lanes);
+    for (int64_t i = 0; i < kTileRows; ++i) {
+      const T s = a[i][kk];
+      acc[i][0] += s * b0;
+      acc[i][1] += s * b1;
+    }
+  }
+  // A loop of constant length, so that the accumulators stay in registers.
+  for (int64_t i = 0; i < kTileRows; ++i) {
+    if (i >= count) break;
+    T* c = c_row(p, i0 + i) + j0;
+    const T scale = p.scale ? p.scale[i0 + i] : T(1);
+    for (int64_t half = 0; half < 2; ++half) {
+      Vec<T> v = scale * acc[i][half];
+      if (adds(p, i0 + i)) v += load(c + half * lanes);
+      store(c + half * lanes, v);
+    }
+  }
+}
+
+// Columns [j0, width), fewer than one tile wide: a dot product per element.
+template <typename T>
+void tail_columns(const IndexedRows<T>& p, int64_t rows, const T* b, int64_t depth, int64_t width, int64_t j0) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* a = a_row(p, i);
+    T* c = c_row(p, i);
+    const T scale = p.scale ? p.scale[i] : T(1);
+    for (int64_t j = j0; j < width; ++j) {
+      T dot = 0;
+      for (int64_t kk = 0; kk < depth; ++kk) dot += a[kk] * b[kk * width + j];
+      c[j] = scale * dot + (adds(p, i) ? c[j] : T(0));
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void indexed_gemm(const IndexedRows<T>& rows_of, int64_t rows, const T* b, int64_t depth, int64_t width) {
+  if (depth == 0) {  // empty sums: stored rows become 0, added rows keep their values
+    for (int64_t i = 0; i < rows; ++i)
+      if (!adds(rows_of, i)) std::fill(c_row(rows_of, i), c_row(rows_of, i) + width, T(0));
+    return;
+  }
+  constexpr int64_t panel = 2 * kLanes<T>;
+  const int64_t whole = width - width % panel;
+  // Panel by panel, so b's columns [j0, j0 + panel) stay in L1 for all rows.
+  for (int64_t j0 = 0; j0 < whole; j0 += panel)
+    for (int64_t i0 = 0; i0 < rows; i0 += kTileRows)
+      register_tile(rows_of, i0, std::min(kTileRows, rows - i0), b, depth, width, j0);
+  if (whole < width) tail_columns(rows_of, rows, b, depth, width, whole);
+}
+
+template void indexed_gemm<float>(const IndexedRows<float>&, int64_t, const float*, int64_t, int64_t);
+template void indexed_gemm<double>(const IndexedRows<double>&, int64_t, const double*, int64_t, int64_t);
+
+}  // namespace headroom::cpu
