@@ -1,8 +1,8 @@
 // The indexed-row GEMM of the routing ops (see the header).  One register
 // tile: 6 result rows by 2 vector registers of columns, with b's panel of
 // those columns reused by every row tile, as a BLAS micro-kernel does, but
-// without packing: at a routed layer's shapes (depth 64 or 512, ~256 rows per
-// expert) packing costs more than it saves.
+// without packing.  At MoA's shapes (depth 64 or 512, ~64-256 rows per expert
+// and tile) it beats copying the rows for OpenBLAS by 4-12% (README, item 8).
 #include "headroom/ops/cpu/indexed_gemm.h"
 
 #include <algorithm>

@@ -291,8 +291,9 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
     transpose_w ? blas_block(t0, t1) : indexed_block(t0, t1);
   };
   const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
+  if (blocks <= 1) return block(0, tokens);  // one block keeps all of OpenBLAS's threads
   BlasSingleThreadGuard blas_single_thread;
-#pragma omp parallel for schedule(dynamic, 1) if (blocks > 1)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t b = 0; b < blocks; ++b) block(b * kTokenBlock, std::min(tokens, (b + 1) * kTokenBlock));
 }
 
