@@ -76,6 +76,18 @@ int64_t first_row_of_token(const int32_t* order, int64_t k, int64_t begin, int64
   return begin;
 }
 
+// Calls fn(e, lo, hi) for every segment e with rows of tokens [t0, t1): its
+// grouped rows [lo, hi), one run because a segment's rows are in token order.
+template <typename Fn>
+void for_each_run(const int32_t* order, int64_t k, const int32_t* offsets, int64_t segments, int64_t t0, int64_t t1,
+                  Fn&& fn) {
+  for (int64_t e = 0; e < segments; ++e) {
+    const int64_t lo = first_row_of_token(order, k, offsets[e], offsets[e + 1], t0);
+    const int64_t hi = first_row_of_token(order, k, lo, offsets[e + 1], t1);
+    if (lo < hi) fn(e, lo, hi);
+  }
+}
+
 // Calls fn(e, first_row, rows) once per tile of at most `tile` rows of every
 // non-empty segment.  Tiles run in parallel, heaviest first so the threads
 // finish together, each with single-threaded OpenBLAS (performance.md §6.2:
@@ -228,7 +240,7 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
   // With transpose_w, BLAS writes them to a per-thread buffer instead, and
   // each token row is then written once as the sum of its k.  Either way a row
   // sums its products in segment order.
-  auto blas_block = [&](int64_t t0, int64_t t1) {
+  auto transposed_block = [&](int64_t t0, int64_t t1) {
     const int64_t rows = (t1 - t0) * k;
     T* products = thread_buffer<T>(0, rows * out_width);  // [rows, out_width], segment after segment
     struct Part {
@@ -238,18 +250,15 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
     std::vector<Part> parts(rows);  // token t0 + t's i-th: parts[t * k + i]
     std::vector<int64_t> filled(t1 - t0, 0);
     int64_t done = 0;
-    for (int64_t e = 0; e < segments; ++e) {
-      const int64_t lo = first_row_of_token(order, k, offsets[e], offsets[e + 1], t0);
-      const int64_t hi = first_row_of_token(order, k, lo, offsets[e + 1], t1);
-      if (lo == hi) continue;
-      gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, hi - lo, out_width, y_width, y + lo * y_width,
-           y_width, w + e * in * out_features, out_features, products + done * out_width, out_width);
+    for_each_run(order, k, offsets, segments, t0, t1, [&](int64_t e, int64_t lo, int64_t hi) {
+      gemm(CblasNoTrans, CblasTrans, hi - lo, out_width, y_width, y + lo * y_width, y_width,
+           w + e * in * out_features, out_features, products + done * out_width, out_width);
       for (int64_t r = lo; r < hi; ++r) {
         const int64_t t = order[r] / k - t0;
         parts[t * k + filled[t]++] = {done + (r - lo), gates ? gates[order[r]] : T(1)};
       }
       done += hi - lo;
-    }
+    });
     for (int64_t t = 0; t < t1 - t0; ++t) {
       T* to = out + (t0 + t) * out_width;  // [out_width]
       for (int64_t i = 0; i < k; ++i) {
@@ -268,10 +277,7 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
     uint8_t* adds = thread_buffer<uint8_t>(0, rows);
     T* gate_of = thread_buffer<T>(0, rows);
     std::vector<uint8_t> written(t1 - t0, 0);
-    for (int64_t e = 0; e < segments; ++e) {
-      const int64_t lo = first_row_of_token(order, k, offsets[e], offsets[e + 1], t0);
-      const int64_t hi = first_row_of_token(order, k, lo, offsets[e + 1], t1);
-      if (lo == hi) continue;
+    for_each_run(order, k, offsets, segments, t0, t1, [&](int64_t e, int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         const int64_t t = order[r] / k;
         token_of[r - lo] = int32_t(t);
@@ -284,11 +290,11 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
       run.c = out, run.ldc = out_width, run.c_rows = token_of;
       run.scale = gates ? gate_of : nullptr, run.add = adds;
       indexed_gemm(run, hi - lo, w + e * in * out_features, y_width, out_width);
-    }
+    });
   };
   auto block = [&](int64_t t0, int64_t t1) {
     if (k == 0) return std::fill(out + t0 * out_width, out + t1 * out_width, T(0));  // tokens routed nowhere
-    transpose_w ? blas_block(t0, t1) : indexed_block(t0, t1);
+    transpose_w ? transposed_block(t0, t1) : indexed_block(t0, t1);
   };
   const int64_t blocks = (tokens + kTokenBlock - 1) / kTokenBlock;
   if (blocks <= 1) return block(0, tokens);  // one block keeps all of OpenBLAS's threads
