@@ -16,6 +16,11 @@
 //               (matmul, mask, softmax, matmul), B=8 h=8 T=512 d_h=64 causal
 //               f32, forward and forward+backward; also prints one JSON line
 //               that scripts/bench-attention compares with PyTorch
+//   4. routing  MoA's grouped projections (gather_segment_matmul for W_q,
+//               segment_matmul_scatter with gates for W_o; 1024 tokens, d=512,
+//               d_h=64, E=8, k=2) vs headroom::matmul on contiguous rows with
+//               the same FLOPs, forward and forward+backward: the share of a
+//               dense projection's speed that routing keeps
 // A new section is a function taking the Options, named in kSections; it
 // builds its Table rows from time_interleaved() comparisons.
 #include <cblas.h>
@@ -25,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +41,7 @@
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/nn.h"
 #include "headroom/ops/reduce.h"
+#include "headroom/ops/routing.h"
 
 using namespace headroom;
 
@@ -57,7 +64,7 @@ const char* kUsage =
     "  --threads N     CPU threads for OpenMP and OpenBLAS (default: HEADROOM_NUM_THREADS or the core count)\n"
     "  --iters N       timed pairs per measurement, after warm-up (default 20; matmul uses at least 20)\n"
     "  --smoke         tiny sizes and 1 iteration, for CI\n"
-    "  --only SECTION  run one section: matmul, dispatch or attention (default: all)\n"
+    "  --only SECTION  run one section: matmul, dispatch, attention or routing (default: all)\n"
     "  --help          this text\n";
 
 Options parse_options(int argc, char** argv) {
@@ -249,6 +256,68 @@ void bench_attention(const Options& options) {
               "\"forward_backward_ms\": %.3f}\n", options.threads, fwd.a_ms, step.a_ms);
 }
 
+// ---- section 4: routed grouped products against dense matmuls -------------
+
+void bench_routing(const Options& options) {
+  const int64_t tokens = options.smoke ? 64 : 1024, d = options.smoke ? 32 : 512, d_h = options.smoke ? 16 : 64;
+  const int64_t experts = 8, k = 2, rows = tokens * k;
+  Generator gen(2026);
+  Tensor x = Tensor::randn({tokens, d}, gen), w_q = Tensor::randn({experts, d, d_h}, gen);
+  Tensor heads = Tensor::randn({rows, d_h}, gen), w_o = Tensor::randn({experts, d_h, d}, gen);
+  TopK top = topk(softmax(Tensor::randn({tokens, experts}, gen), -1), k);
+  RoutePlan plan = route(top.indices, experts);
+  Tensor dq = Tensor::randn({rows, d_h}, gen), dout = Tensor::randn({tokens, d}, gen);
+  // The dense stand-ins: the same multiply-adds on contiguous rows, through
+  // headroom::matmul (each thread a band of rows, as MHA's projections run).
+  Tensor x_rows = Tensor::randn({rows, d}, gen), y_rows = Tensor::randn({rows, d}, gen);
+  Tensor w_q0 = Tensor::randn({d, d_h}, gen), w_o0 = Tensor::randn({d_h, d}, gen);
+  struct Case {
+    std::string op, pass;
+    std::function<void()> routed, dense;
+  };
+  std::vector<Case> cases = {
+      {"gather_segment_matmul (W_q)", "forward",
+       [&] { NoGradGuard ng; gather_segment_matmul(x, w_q, plan); },
+       [&] { NoGradGuard ng; matmul(x_rows, w_q0); }},
+      {"gather_segment_matmul (W_q)", "fwd+bwd",
+       [&] {
+         Tensor xg = x.detach().set_requires_grad(), wg = w_q.detach().set_requires_grad();
+         gather_segment_matmul(xg, wg, plan).backward(dq);
+       },
+       [&] {
+         NoGradGuard ng;
+         matmul(x_rows, w_q0);      // Q = X·W
+         matmul(dq, w_q0.t());      // dX = dQ·Wᵀ
+         matmul(x_rows.t(), dq);    // dW = Xᵀ·dQ
+       }},
+      {"segment_matmul_scatter (W_o, gated)", "forward",
+       [&] { NoGradGuard ng; segment_matmul_scatter(heads, w_o, plan, top.values); },
+       [&] { NoGradGuard ng; matmul(heads, w_o0); }},
+      {"segment_matmul_scatter (W_o, gated)", "fwd+bwd",
+       [&] {
+         Tensor hg = heads.detach().set_requires_grad(), wg = w_o.detach().set_requires_grad();
+         Tensor gg = top.values.detach().set_requires_grad();
+         segment_matmul_scatter(hg, wg, plan, gg).backward(dout);
+       },
+       [&] {
+         NoGradGuard ng;
+         matmul(heads, w_o0);        // Y = H·W
+         matmul(y_rows, w_o0.t());   // dH = dY·Wᵀ
+         matmul(heads.t(), y_rows);  // dW = Hᵀ·dY
+       }},
+  };
+  Table table("MoA's grouped products, " + std::to_string(tokens) + " tokens, d=" + std::to_string(d) +
+                  ", d_h=" + std::to_string(d_h) + ", E=8, k=2, f32, " + std::to_string(options.threads) +
+                  " thread(s); speed ratio = dense ms / routed ms",
+              {"op", "pass", "routed ms", "dense matmuls ms", "ratio of medians", "median pair ratio"});
+  for (const Case& c : cases) {
+    Comparison t = time_interleaved(c.routed, c.dense, options.iters);
+    table.row({c.op, c.pass, format("%.3f", t.a_ms), format("%.3f", t.b_ms), format("%.3f", t.ratio_of_medians),
+               format("%.3f", t.median_pair_ratio)});
+  }
+  table.print();
+}
+
 // ---- main -----------------------------------------------------------------
 
 struct Section {
@@ -256,7 +325,7 @@ struct Section {
   void (*run)(const Options&);
 };
 const Section kSections[] = {
-    {"matmul", bench_matmul}, {"dispatch", bench_dispatch}, {"attention", bench_attention}};
+    {"matmul", bench_matmul}, {"dispatch", bench_dispatch}, {"attention", bench_attention}, {"routing", bench_routing}};
 
 }  // namespace
 
