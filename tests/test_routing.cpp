@@ -107,6 +107,11 @@ TEST_CASE("routing: topk breaks ties by the lowest index and ranks NaN first") {
 
   TopK with_nan = topk(Tensor::from_vector<double>({0.5, NAN, 2, NAN}, {4}), 3);
   CHECK(with_nan.indices.to_vector<int32_t>() == std::vector<int32_t>{1, 3, 2});
+
+  // Rows with and without NaN in one tensor (the CPU kernel ranks NaN-free
+  // rows by plain comparisons): each row keeps its own order.
+  TopK mixed = topk(Tensor::from_vector<float>({1, 4, 4, 2, 3, NAN, 5, 3, 2, 2, 1, 2}, {3, 4}), 2);
+  CHECK(mixed.indices.to_vector<int32_t>() == std::vector<int32_t>{1, 2, 1, 2, 0, 1});
 }
 
 TEST_CASE("routing: topk matches a stable-sort reference, values and gradient") {

@@ -20,8 +20,8 @@ namespace {
 // costs microseconds, more than copying a few thousand floats.
 constexpr int64_t kParallelElements = 1 << 14;
 // Up to this k (routers pick 1-8 of a few experts), topk inserts each index into
-// the sorted best k so far (n·k comparisons at worst, about n on random rows);
-// above it, a partial sort (n·log k).
+// the sorted best k so far (insert_top_k: n·k comparisons at worst, about n on
+// random rows); above it, a partial sort (n·log k).
 constexpr int64_t kInsertionTopK = 8;
 
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a,
@@ -116,6 +116,31 @@ void for_each_segment_tile(const int32_t* offsets, int64_t segments, int64_t til
   for (int64_t i = 0; i < n; ++i) fn(tiles[i].segment, tiles[i].first, tiles[i].rows);
 }
 
+// The k of indices [0, n) that rank first, in rank order, into best [k]:
+// index j, in increasing order, is inserted into the sorted best k so far.
+// ranks_before(j, i), asked only for j > i, says whether j ranks before i
+// (false on a tie, which the lower index wins).
+template <typename Before>
+void insert_top_k(int64_t n, int64_t k, int32_t* best, Before&& ranks_before) {
+  int64_t kept = 0;
+  for (int32_t j = 0; j < int32_t(n); ++j) {
+    if (kept == k && !ranks_before(j, best[k - 1])) continue;
+    int64_t pos = kept < k ? kept++ : k - 1;
+    for (; pos > 0 && ranks_before(j, best[pos - 1]); --pos) best[pos] = best[pos - 1];
+    best[pos] = j;
+  }
+}
+
+// Rows without NaN, the usual case, are ranked by plain comparisons: 1.2-1.4x
+// faster than testing every comparison for NaN (top-2 of [1024, 8]: 20.5 ->
+// 14.4 us; of [16384, 64]: 3.9 -> 3.3 ms, one thread).
+template <typename T>
+bool has_nan(const T* v, int64_t n) {
+  bool nan = false;
+  for (int64_t j = 0; j < n; ++j) nan |= std::isnan(v[j]);
+  return nan;
+}
+
 }  // namespace
 
 template <typename T>
@@ -133,15 +158,10 @@ void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indic
         if (!a_nan && v[a] != v[b]) return v[a] > v[b];
         return a < b;
       };
-      if (k <= kInsertionTopK) {  // insert each index into the sorted best k so far
+      if (k <= kInsertionTopK) {
         int32_t* best = indices + row * k;
-        int64_t kept = 0;
-        for (int32_t j = 0; j < int32_t(n); ++j) {
-          if (kept == k && !ranks_before(j, best[k - 1])) continue;
-          int64_t pos = kept < k ? kept++ : k - 1;
-          for (; pos > 0 && ranks_before(j, best[pos - 1]); --pos) best[pos] = best[pos - 1];
-          best[pos] = j;
-        }
+        if (has_nan(v, n)) insert_top_k(n, k, best, ranks_before);
+        else insert_top_k(n, k, best, [v](int32_t j, int32_t i) { return v[j] > v[i]; });  // the same order
         continue;
       }
       std::iota(candidates.begin(), candidates.end(), 0);
