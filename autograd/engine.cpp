@@ -54,7 +54,7 @@ Tensor region_of(const Tensor& full, const SliceRegion& region) {
   return full.slice(region.dim, region.start, region.end, region.step);
 }
 Shape region_shape(Shape shape, const SliceRegion& region) {
-  shape[region.dim] = (region.end - region.start + region.step - 1) / region.step;
+  shape[region.dim] = region.length();
   return shape;
 }
 

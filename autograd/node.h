@@ -55,6 +55,7 @@ class Saved {
 struct SliceRegion {
   int dim = 0;
   int64_t start = 0, end = 0, step = 1;
+  int64_t length() const { return (end - start + step - 1) / step; }  // elements along dim
 };
 
 // A gradient for one input: for the whole input, or (slice's backward) for

@@ -101,13 +101,13 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   auto clamp_index = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
   start = clamp_index(start);
   end = std::max(start, clamp_index(end));
+  const autograd::SliceRegion region{d, start, end, step};
   Shape shape = this->shape();
   Strides strides = this->strides();
-  shape[d] = (end - start + step - 1) / step;
+  shape[d] = region.length();
   strides[d] *= step;
   Tensor out = make_view(*this, shape, strides, offset() + start * this->strides()[d]);
   // The gradient goes to the slice only (the engine adds it in place there).
-  const autograd::SliceRegion region{d, start, end, step};
   autograd::record(out, "slice", {*this}, {},
                    [region](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
                      grads.add_to_slice(0, g, region);
