@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "headroom/ops/cpu/parallel.h"
 #include "headroom/ops/elementwise_math.h"
 
 namespace headroom::cpu {
@@ -56,8 +57,7 @@ void map_impl(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>&
   const bool flat = ((in[K].numel() == 1 || (in[K].shape() == shape && in[K].is_contiguous())) && ...);
   if (flat) {
     const std::array<int64_t, N> step{(in[K].numel() == 1 ? 0 : 1)...};
-#pragma omp parallel for if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) o[i] = fn(std::get<K>(base)[i * step[K]]...);
+    parallel_for(n, n >= kParallelMin, [&](int64_t i) { o[i] = fn(std::get<K>(base)[i * step[K]]...); });
     return;
   }
   // Here out has at least one dimension: 0-d inputs and outputs take the fast path.
@@ -65,13 +65,12 @@ void map_impl(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>&
   const std::array<int64_t, N> col_stride{strides[K].back()...};
   const int64_t cols = shape.back();
   const int64_t rows = cols == 0 ? 0 : n / cols;
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, n >= kParallelMin, [&](int64_t r) {
     const std::array<int64_t, N> start{row_offset(r, shape, strides[K])...};
     Out* out_row = o + r * cols;
     for (int64_t c = 0; c < cols; ++c)
       out_row[c] = fn(std::get<K>(base)[start[K] + c * col_stride[K]]...);
-  }
+  });
 }
 
 // map_elements<Out, In...>(fn, out, {inputs}): the element types are spelled

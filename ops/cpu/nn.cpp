@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "headroom/core/rng.h"
+#include "headroom/ops/cpu/parallel.h"
 #include "headroom/ops/cpu/vector_math.h"
 
 namespace headroom::cpu {
@@ -42,8 +43,7 @@ T row_logsumexp(const T* x, int64_t n) {
 template <typename T>
 void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
   const int64_t block = rows_per_block(n), blocks = (rows + block - 1) / block;
-#pragma omp parallel for if (rows * n > kParallelMin)
-  for (int64_t b = 0; b < blocks; ++b) {
+  parallel_for(blocks, rows * n > kParallelMin, [&](int64_t b) {
     const int64_t first = b * block, count = std::min(block, rows - first);
     T top[kMaxBlockRows];
     // y holds exp(x - top) until rescaled.
@@ -67,13 +67,12 @@ void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
         for (int64_t i = 0; i < n; ++i) yr[i] *= inv_sum;
       }
     }
-  }
+  });
 }
 
 template <typename T>
 void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, bool log) {
-#pragma omp parallel for if (rows * n > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * n > kParallelMin, [&](int64_t r) {
     const T* yr = y + r * n;  // [n]
     const T* gr = dy + r * n;
     T* dr = dx + r * n;
@@ -88,7 +87,7 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, b
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) dr[i] = yr[i] * (gr[i] - dot);
     }
-  }
+  });
 }
 
 // ---- layer_norm / rms_norm -------------------------------------------------
@@ -96,8 +95,7 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, b
 template <typename T>
 void norm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t rows,
                   int64_t d, double eps, bool center) {
-#pragma omp parallel for if (rows * d > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * d > kParallelMin, [&](int64_t r) {
     const T* xr = x + r * d;  // [d]
     T* yr = y + r * d;
     const T mu = center ? sum_of(xr, d) / T(d) : T(0);
@@ -117,7 +115,7 @@ void norm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* 
 #pragma omp simd
       for (int64_t i = 0; i < d; ++i) yr[i] += bias[i];
     }
-  }
+  });
 }
 
 namespace {
@@ -152,16 +150,16 @@ template <typename T>
 void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, const T* dy, T* dx,
                    T* dweight, T* dbias, int64_t rows, int64_t d, bool center) {
   if (dx) {
-#pragma omp parallel for if (rows * d > kParallelMin)
-    for (int64_t r = 0; r < rows; ++r)
+    parallel_for(rows, rows * d > kParallelMin, [&](int64_t r) {
       norm_backward_row(x + r * d, weight, mean[r], rstd[r], dy + r * d, dx + r * d, d, center);
+    });
   }
   if (!dweight && !dbias) return;
   // dweight = sum over rows of dy * xhat, dbias = sum over rows of dy.  Threads
   // own column blocks and add rows in order, so the sums are deterministic.
-#pragma omp parallel for if (rows * d > kParallelMin)
-  for (int64_t j0 = 0; j0 < d; j0 += kColumnBlock) {
-    const int64_t j1 = std::min(d, j0 + kColumnBlock);
+  const int64_t column_blocks = (d + kColumnBlock - 1) / kColumnBlock;
+  parallel_for(column_blocks, rows * d > kParallelMin, [&](int64_t block) {
+    const int64_t j0 = block * kColumnBlock, j1 = std::min(d, j0 + kColumnBlock);
     for (int64_t j = j0; j < j1; ++j) {
       if (dweight) dweight[j] = 0;
       if (dbias) dbias[j] = 0;
@@ -174,7 +172,7 @@ void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, co
         if (dbias) dbias[j] += gr[j];
       }
     }
-  }
+  });
 }
 
 // ---- dropout ---------------------------------------------------------------
@@ -182,22 +180,20 @@ void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, co
 template <typename T>
 void dropout_apply(const T* x, T* y, int64_t n, uint64_t seed, uint64_t first, double p, T scale) {
   const Generator gen(seed);
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n > kParallelMin, [&](int64_t i) {
     const bool keep = gen.uniform_at(first + uint64_t(i)) >= p;
     y[i] = keep ? x[i] * scale : T(0);
-  }
+  });
 }
 
 // ---- embedding -------------------------------------------------------------
 
 template <typename T>
 void embedding_forward(const T* weight, const int32_t* indices, T* out, int64_t count, int64_t d) {
-#pragma omp parallel for if (count * d > kParallelMin)
-  for (int64_t i = 0; i < count; ++i) {
+  parallel_for(count, count * d > kParallelMin, [&](int64_t i) {
     const T* row = weight + int64_t(indices[i]) * d;  // [d]
     std::copy(row, row + d, out + i * d);
-  }
+  });
 }
 
 template <typename T>
@@ -216,19 +212,18 @@ template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* row_loss, int64_t rows,
                            int64_t classes, int64_t ignore_index, double smoothing) {
   const T s = T(smoothing);
-#pragma omp parallel for if (rows * classes > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * classes > kParallelMin, [&](int64_t r) {
     const T* xr = logits + r * classes;  // [classes]
     lse[r] = row_logsumexp(xr, classes);
     if (targets[r] == ignore_index) {
       row_loss[r] = 0;
-      continue;
+      return;
     }
     const T nll = lse[r] - xr[targets[r]];  // -log p[target]
     // mean over classes of -log p[c] = lse - mean(x); skipped when unused.
     const T smooth = s != T(0) ? lse[r] - sum_of(xr, classes) / T(classes) : T(0);
     row_loss[r] = (T(1) - s) * nll + s * smooth;
-  }
+  });
 }
 
 template <typename T>
@@ -237,19 +232,18 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const T* ls
                             int64_t ignore_index, double smoothing) {
   const T s = T(smoothing);
   const T uniform_share = s / T(classes);
-#pragma omp parallel for if (rows * classes > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * classes > kParallelMin, [&](int64_t r) {
     const T* xr = logits + r * classes;  // [classes]
     T* dr = dlogits + r * classes;
     if (targets[r] == ignore_index) {
       std::fill(dr, dr + classes, T(0));
-      continue;
+      return;
     }
     const T g = T(double(row_grad[broadcast_grad ? 0 : r]) * grad_scale), lse_r = lse[r];
 #pragma omp simd
     for (int64_t c = 0; c < classes; ++c) dr[c] = g * (std::exp(xr[c] - lse_r) - uniform_share);
     dr[targets[r]] -= g * (T(1) - s);
-  }
+  });
 }
 
 // ---- instantiations ----------------------------------------------------------

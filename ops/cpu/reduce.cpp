@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "headroom/ops/cpu/parallel.h"
 #include "headroom/ops/cpu/vector_math.h"
 
 namespace headroom::cpu {
@@ -22,13 +23,12 @@ template <typename T, typename Acc>
 void reduce_slices(const Tensor& x, ReduceDims d, const Acc& acc) {
   const T* data = x.data<T>();  // [outer, n, inner]
   const int64_t outputs = d.outer * d.inner;
-#pragma omp parallel for if (outputs * d.n >= kParallelMin)
-  for (int64_t j = 0; j < outputs; ++j) {
+  parallel_for(outputs, outputs * d.n >= kParallelMin, [&](int64_t j) {
     const T* slice = data + (j / d.inner) * d.n * d.inner + j % d.inner;  // element r: slice[r * inner]
     auto state = acc.init();
     for (int64_t r = 0; r < d.n; ++r) acc.step(state, slice[r * d.inner], r);
     acc.store(j, state);
-  }
+  });
 }
 
 // sum, and mean with scale = 1/n.  Accumulates in double, so f32 sums of many
@@ -73,27 +73,27 @@ struct LogSumExpAcc {
 template <typename T>
 void logsumexp_rows(const T* x, int64_t rows, int64_t n, T* out) {
   const int64_t block = rows_per_block(n), blocks = (rows + block - 1) / block;
-#pragma omp parallel if (rows * n >= kParallelMin)
-  {
-    std::vector<T> shifted(block * n), top(block);  // per thread: exp(row - max) for a block of rows
-#pragma omp for
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t first = b * block, count = std::min(block, rows - first);
-      exp_minus_row_max(x + first * n, count, n, shifted.data(), top.data());
-      for (int64_t r = 0; r < count; ++r) {
-        const T* row = x + (first + r) * n;
-        bool has_nan = false;
-        for (int64_t j = 0; j < n; ++j) has_nan |= row[j] != row[j];
-        if (has_nan || std::isinf(top[r])) {
-          out[first + r] = has_nan ? T(NAN) : top[r];
-          continue;
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < n; ++j) sum += shifted[r * n + j];
-        out[first + r] = static_cast<T>(top[r] + std::log(sum));
+  struct Scratch {
+    std::vector<T> shifted, top;  // exp(row - max) for a block of rows, and the maxima
+  };
+  auto make_scratch = [&] { return Scratch{std::vector<T>(block * n), std::vector<T>(block)}; };
+  parallel_for(blocks, rows * n >= kParallelMin, make_scratch, [&](Scratch& scratch, int64_t b) {
+    const int64_t first = b * block, count = std::min(block, rows - first);
+    const T* top = scratch.top.data();
+    exp_minus_row_max(x + first * n, count, n, scratch.shifted.data(), scratch.top.data());
+    for (int64_t r = 0; r < count; ++r) {
+      const T* row = x + (first + r) * n;
+      bool has_nan = false;
+      for (int64_t j = 0; j < n; ++j) has_nan |= row[j] != row[j];
+      if (has_nan || std::isinf(top[r])) {
+        out[first + r] = has_nan ? T(NAN) : top[r];
+        continue;
       }
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += scratch.shifted[r * n + j];
+      out[first + r] = static_cast<T>(top[r] + std::log(sum));
     }
-  }
+  });
 }
 
 // The first maximal (or minimal) element and its index.  A NaN beats every
@@ -152,9 +152,9 @@ void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims d, co
     T* out = grad.data<T>();  // [outer, n, inner]
     std::fill(out, out + d.outer * d.n * d.inner, T(0));
     const int64_t outputs = d.outer * d.inner;
-#pragma omp parallel for if (outputs >= kParallelMin)
-    for (int64_t j = 0; j < outputs; ++j)
+    parallel_for(outputs, outputs >= kParallelMin, [&](int64_t j) {
       out[((j / d.inner) * d.n + idx[j]) * d.inner + j % d.inner] = src[j];
+    });
   });
 }
 

@@ -12,12 +12,13 @@
 
 #include "headroom/core/threading.h"
 #include "headroom/ops/cpu/indexed_gemm.h"
+#include "headroom/ops/cpu/parallel.h"
 
 namespace headroom::cpu {
 namespace {
 
-// Loops over fewer elements than this stay on one thread: an OpenMP region
-// costs microseconds, more than copying a few thousand floats.
+// Loops over fewer elements than this stay on one thread (parallel.h): an
+// OpenMP region costs microseconds, more than copying a few thousand floats.
 constexpr int64_t kParallelElements = 1 << 14;
 // Up to this k (routers pick 1-8 of a few experts), topk inserts each index into
 // the sorted best k so far (insert_top_k: n·k comparisons at worst, about n on
@@ -145,30 +146,27 @@ bool has_nan(const T* v, int64_t n) {
 
 template <typename T>
 void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indices) {
-#pragma omp parallel if (rows * n > kParallelElements)
-  {
-    std::vector<int32_t> candidates(n);  // per thread, reused across rows
-#pragma omp for
-    for (int64_t row = 0; row < rows; ++row) {
-      const T* v = x + row * n;
-      // A strict weak order: NaN first, then larger values, then lower indices.
-      auto ranks_before = [v](int32_t a, int32_t b) {
-        const bool a_nan = std::isnan(v[a]), b_nan = std::isnan(v[b]);
-        if (a_nan != b_nan) return a_nan;
-        if (!a_nan && v[a] != v[b]) return v[a] > v[b];
-        return a < b;
-      };
-      if (k <= kInsertionTopK) {
-        int32_t* best = indices + row * k;
-        if (has_nan(v, n)) insert_top_k(n, k, best, ranks_before);
-        else insert_top_k(n, k, best, [v](int32_t j, int32_t i) { return v[j] > v[i]; });  // the same order
-        continue;
-      }
-      std::iota(candidates.begin(), candidates.end(), 0);
-      std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(), ranks_before);
-      std::copy(candidates.begin(), candidates.begin() + k, indices + row * k);
+  // Per thread: the candidate indices of a row for the partial sort, reused across rows.
+  auto make_candidates = [n] { return std::vector<int32_t>(n); };
+  parallel_for(rows, rows * n > kParallelElements, make_candidates, [&](std::vector<int32_t>& candidates, int64_t row) {
+    const T* v = x + row * n;
+    // A strict weak order: NaN first, then larger values, then lower indices.
+    auto ranks_before = [v](int32_t a, int32_t b) {
+      const bool a_nan = std::isnan(v[a]), b_nan = std::isnan(v[b]);
+      if (a_nan != b_nan) return a_nan;
+      if (!a_nan && v[a] != v[b]) return v[a] > v[b];
+      return a < b;
+    };
+    if (k <= kInsertionTopK) {
+      int32_t* best = indices + row * k;
+      if (has_nan(v, n)) insert_top_k(n, k, best, ranks_before);
+      else insert_top_k(n, k, best, [v](int32_t j, int32_t i) { return v[j] > v[i]; });  // the same order
+      return;
     }
-  }
+    std::iota(candidates.begin(), candidates.end(), 0);
+    std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(), ranks_before);
+    std::copy(candidates.begin(), candidates.begin() + k, indices + row * k);
+  });
 }
 
 template <typename T>
@@ -186,20 +184,18 @@ void put_along_rows(const T* src, const int32_t* index, int64_t rows, int64_t n,
 template <typename T>
 void gather_rows(const T* src, int64_t width, const int32_t* pair, int64_t group, const T* scale,
                  int64_t out_rows, T* out) {
-#pragma omp parallel for if (out_rows * width > kParallelElements)
-  for (int64_t r = 0; r < out_rows; ++r) {
+  parallel_for(out_rows, out_rows * width > kParallelElements, [&](int64_t r) {
     const T* from = src + (pair[r] / group) * width;  // from: [width]
     const T s = scale ? scale[pair[r]] : T(1);
     T* to = out + r * width;
     for (int64_t c = 0; c < width; ++c) to[c] = s * from[c];
-  }
+  });
 }
 
 template <typename T>
 void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t* row, const T* weight,
               int64_t dests, T* out) {
-#pragma omp parallel for if (int64_t(starts[dests]) * width > kParallelElements)
-  for (int64_t d = 0; d < dests; ++d) {
+  parallel_for(dests, int64_t(starts[dests]) * width > kParallelElements, [&](int64_t d) {
     T* to = out + d * width;  // to: [width]
     std::fill(to, to + width, T(0));
     for (int64_t q = starts[d]; q < starts[d + 1]; ++q) {
@@ -207,20 +203,19 @@ void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t*
       const T w = weight ? weight[q] : T(1);
       for (int64_t c = 0; c < width; ++c) to[c] += w * from[c];
     }
-  }
+  });
 }
 
 template <typename T>
 void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs,
               T* out) {
-#pragma omp parallel for if (pairs * width > kParallelElements)
-  for (int64_t p = 0; p < pairs; ++p) {
+  parallel_for(pairs, pairs * width > kParallelElements, [&](int64_t p) {
     const T* u = a + int64_t(a_row[p]) * width;
     const T* v = b + (p / group) * width;
     T dot = 0;
     for (int64_t c = 0; c < width; ++c) dot += u[c] * v[c];
     out[p] = dot;
-  }
+  });
 }
 
 template <typename T>
