@@ -68,6 +68,9 @@ std::string index_error_message(const IndexError& e, int device) {
   if (e.use == static_cast<long long>(IndexUse::route_segment))
     os << "[route] index " << e.value << " of token " << e.position / e.group << " is outside [0, " << e.limit
        << ")";
+  else if (e.use == static_cast<long long>(IndexUse::put_column))
+    os << "[put_along_rows] index " << e.value << " at position " << e.position << " is outside [0, n = "
+       << e.limit << ")";
   else
     os << "[index_select] index " << e.value << " at position " << e.position
        << " is out of range for a dimension of size " << e.limit;
@@ -295,14 +298,20 @@ __global__ void topk_kernel(const T* x, int64_t rows, int64_t n, int64_t k, int3
   }
 }
 
-// out[row, j] = src[row, index[row, j]]   (scatter: dst[row, index[row, j]] += src[row, j])
-template <typename T, bool kScatter>
-__global__ void along_rows_kernel(const T* src, const int32_t* index, int64_t n, int64_t k, int64_t total, T* out) {
-  for (int64_t i = thread_index(); i < total; i += thread_count()) {
-    const int64_t picked = (i / k) * n + index[i];
-    if (kScatter) out[picked] += src[i];  // distinct indices within a row: no two threads meet
-    else out[i] = src[picked];
-  }
+// out[row, j] = src[row, index[row, j]], one thread per element.
+template <typename T>
+__global__ void take_along_rows_kernel(const T* src, const int32_t* index, int64_t n, int64_t k, int64_t total,
+                                       T* out) {
+  for (int64_t i = thread_index(); i < total; i += thread_count()) out[i] = src[(i / k) * n + index[i]];
+}
+
+// dst[row, index[row, j]] += src[row, j]: one thread per row, j ascending, so
+// repeated indices add in a fixed order and no two threads meet.
+template <typename T>
+__global__ void put_along_rows_kernel(const T* src, const int32_t* index, int64_t n, int64_t k, int64_t rows,
+                                      T* dst) {
+  for (int64_t row = thread_index(); row < rows; row += thread_count())
+    for (int64_t j = 0; j < k; ++j) dst[row * n + index[row * k + j]] += src[row * k + j];
 }
 
 // ---- row moves -------------------------------------------------------------------
@@ -561,12 +570,29 @@ struct CudaRoutingKernels final : RoutingKernels {
 
   void take_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
                        const Tensor& out) override {
-    along_rows<false>(src, index, rows, n, k, out);
+    const int64_t total = rows * k;
+    if (total == 0) return;
+    const int device = src.device().index;
+    DeviceGuard guard(device);
+    dispatch_floating(src.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      take_along_rows_kernel<T><<<capped_grid(total), kThreads, 0, stream(device)>>>(
+          src.data<T>(), index.data<int32_t>(), n, k, total, out.data<T>());
+    });
+    check_launch("take_along_rows_kernel");
   }
 
   void put_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
                       const Tensor& dst) override {
-    along_rows<true>(src, index, rows, n, k, dst);
+    if (rows * k == 0) return;
+    const int device = src.device().index;
+    DeviceGuard guard(device);
+    dispatch_floating(src.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      put_along_rows_kernel<T><<<capped_grid(rows), kThreads, 0, stream(device)>>>(
+          src.data<T>(), index.data<int32_t>(), n, k, rows, dst.data<T>());
+    });
+    check_launch("put_along_rows_kernel");
   }
 
   void gather_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor& pair, int64_t group,
@@ -660,22 +686,6 @@ struct CudaRoutingKernels final : RoutingKernels {
           device_rows<T>(x), device_rows<T>(dy), offsets.data<int32_t>(), in, out_features, dw.data<T>());
     });
     check_launch("segment_weight_grad_kernel");
-  }
-
- private:
-  template <bool kScatter>
-  static void along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
-                         const Tensor& out) {
-    const int64_t total = rows * k;
-    if (total == 0) return;
-    const int device = src.device().index;
-    DeviceGuard guard(device);
-    dispatch_floating(src.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      along_rows_kernel<T, kScatter><<<capped_grid(total), kThreads, 0, stream(device)>>>(
-          src.data<T>(), index.data<int32_t>(), n, k, total, out.data<T>());
-    });
-    check_launch(kScatter ? "put_along_rows" : "take_along_rows");
   }
 };
 

@@ -26,6 +26,7 @@ struct GroupedOperand {
 enum class IndexUse {
   route_segment,  // route(): index of token position / group, must be < limit segments
   select_row,     // index_select(): index at position, must be < the dimension's size `limit`
+  put_column,     // put_along_rows(): index at position, must be < the row length `limit`
 };
 
 struct RoutingKernels {
@@ -55,7 +56,7 @@ struct RoutingKernels {
   // out[row, j] = src[row, index[row, j]].   src: [rows, n]  index, out: [rows, k]
   virtual void take_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
                                const Tensor& out) = 0;
-  // dst[row, index[row, j]] += src[row, j] (indices distinct within a row).
+  // dst[row, index[row, j]] += src[row, j], j ascending (one thread per row: repeats add).
   virtual void put_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
                               const Tensor& dst) = 0;
 

@@ -6,6 +6,7 @@
 #include "headroom/autograd/grad_mode.h"
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/reduce.h"
+#include "headroom/ops/routing.h"
 #include "headroom/ops/shape.h"
 
 namespace headroom {
@@ -76,9 +77,7 @@ Tensor index_range(int64_t n, Device device) {
 
 Tensor k_hot(const Tensor& indices, int64_t n, DType dtype) {
   NoGradGuard no_grad;
-  // [N, K, 1] == [n]  ->  [N, K, n], one 1 per (row, j); summing over j leaves at most one per position.
-  Tensor matches = eq(indices.unsqueeze(2), index_range(n, indices.device()));
-  return sum(matches.to(dtype), {1});
+  return put_along_rows(Tensor::ones(indices.shape(), dtype, indices.device()), indices, n);
 }
 
 Tensor flat_indices(const Tensor& indices, int64_t n) {

@@ -8,6 +8,7 @@
 #include "headroom/ops/matmul.h"
 #include "headroom/ops/nn.h"
 #include "headroom/ops/reduce.h"
+#include "headroom/ops/routing.h"
 #include "headroom/ops/shape.h"
 
 namespace headroom {
@@ -129,9 +130,9 @@ MoARouting MoAAttention::route_logits(const Tensor& logits, const Tensor& x_rows
     r.gates = index_select(r.probs.reshape({rows * E}), 0, flat_indices(r.indices, E)).view({rows, k});
   }
 
-  // The k-hot mask and the load c_e, which counts only gates > 0 (pads drop out).
-  r.selected = k_hot(r.indices, E, r.probs.dtype());
-  r.counts = sum(r.selected * gt(r.probs, 0.0).to(r.probs.dtype()), {0}).to(DType::f32);
+  // The gates in place, and the load c_e, which counts only gates > 0 (pads drop out).
+  r.chosen = put_along_rows(r.gates, r.indices, E);
+  r.counts = sum(gt(r.chosen, 0.0).to(DType::f32), {0});
   return r;
 }
 
@@ -147,7 +148,7 @@ Tensor MoAAttention::aux_loss(const MoARouting& r) const {
     total = total + config.w_z * mean(pow(logsumexp(r.logits, {1}), 2.0));
   }
   if (config.w_cv != 0 && config.num_experts > 1) {  // cv² of the normalised importance Σ_t G_t
-    Tensor importance = l1_normalise(sum(r.probs * r.selected, {0}));
+    Tensor importance = l1_normalise(sum(r.chosen, {0}));
     total = total + config.w_cv * (var(importance, {0}, 1) / (pow(mean(importance), 2.0) + 1e-10));
   }
   return total;
@@ -207,7 +208,7 @@ AttentionOutput MoAAttention::finish(const Prepared& p, const Tensor& out_rows) 
   result.out = out_rows.reshape({p.batch, p.seq_len, config.dim});
   result.aux_loss = aux_loss(p.routing);
   result.stats.indices = p.routing.indices;
-  result.stats.gates = (p.routing.probs * p.routing.selected).detach().to(DType::f32);
+  result.stats.gates = p.routing.chosen.detach().to(DType::f32);
   result.stats.load = p.routing.counts;
   return result;
 }
@@ -229,7 +230,7 @@ AttentionOutput MoAAttention::forward_dense_reference(const AttentionInput& in) 
   q = q.reshape({E, B, T, config.head_dim}).permute({1, 0, 2, 3});                   // [B, E, T, d_h]
   Tensor heads = attention(q, p.kv.k, p.kv.v, p.opts);                               // [B, E, T, d_h]
   Tensor y = matmul(heads.permute({1, 0, 2, 3}).reshape({E, N, config.head_dim}), o_proj->weight);  // [E, N, d]
-  Tensor dense_gates = (p.routing.probs * p.routing.selected).t().unsqueeze(-1);    // [E, N, 1]
+  Tensor dense_gates = p.routing.chosen.t().unsqueeze(-1);                          // [E, N, 1]
   return finish(p, sum(y * dense_gates, {0}));
 }
 

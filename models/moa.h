@@ -60,7 +60,7 @@ struct MoARouting {
   Tensor probs;     // p [N, E], pad rows 0
   Tensor indices;   // i32 [N, k]: the chosen experts, best first
   Tensor gates;     // [N, k]: p at the chosen experts
-  Tensor selected;  // [N, E]: 1 where an expert was chosen, else 0 (no gradient)
+  Tensor chosen;    // [N, E]: the gates in place, p where an expert was chosen, else 0
   Tensor counts;    // f32 [E]: c_e = (token, slot) pairs with gate > 0
 };
 

@@ -162,6 +162,26 @@ void run_sum_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor&
   });
 }
 
+// Per row of rows: out[row, j] = src[row, index[row, j]].   src: [rows, n]  index, out: [rows, k]
+void run_take_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
+                         const Tensor& out) {
+  if (on_cuda(src)) return cuda::routing_kernels().take_along_rows(src, index, rows, n, k, out);
+  dispatch_floating(src.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::take_along_rows<T>(src.data<T>(), index.data<int32_t>(), rows, n, k, out.data<T>());
+  });
+}
+
+// Its transpose: dst[row, index[row, j]] += src[row, j], j ascending.   src, index: [rows, k]  dst: [rows, n]
+void run_put_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
+                        const Tensor& dst) {
+  if (on_cuda(src)) return cuda::routing_kernels().put_along_rows(src, index, rows, n, k, dst);
+  dispatch_floating(src.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::put_along_rows<T>(src.data<T>(), index.data<int32_t>(), rows, n, k, dst.data<T>());
+  });
+}
+
 // [N*k, D]: row r = gates[pair] * x[pair / k] with pair = order[r] (gates
 // undefined = 1).  x: [N, D]  gates: [N, k]  order: [N*k]
 Tensor gather_slots(const Tensor& x, const Tensor& gates, const Tensor& order, int64_t k) {
@@ -310,32 +330,64 @@ TopK topk(const Tensor& x, int64_t k) {
   TopK result{Tensor::empty(out_shape, x.dtype(), x.device()), Tensor::empty(out_shape, DType::i32, x.device())};
   if (on_cuda(src)) {
     cuda::routing_kernels().topk_indices(src, rows, n, k, result.indices);
-    cuda::routing_kernels().take_along_rows(src, result.indices, rows, n, k, result.values);
   } else {
-    const int32_t* index = result.indices.data<int32_t>();
     dispatch_floating(x.dtype(), [&](auto zero) {
       using T = decltype(zero);
       cpu::topk_indices<T>(src.data<T>(), rows, n, k, result.indices.data<int32_t>());
-      cpu::take_along_rows<T>(src.data<T>(), index, rows, n, k, result.values.data<T>());
     });
   }
+  run_take_along_rows(src, result.indices, rows, n, k, result.values);
 
   const Shape in_shape = x.shape();
   autograd::record(result.values, "topk", {x}, {result.indices},
                    [in_shape, rows, n, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      // g: [rows, k]  ->  dx: [rows, n], zero where nothing was selected
-                     Tensor dx = Tensor::zeros(in_shape, g.dtype(), g.device()), dvalues = g.contiguous();
-                     if (on_cuda(dx)) {
-                       cuda::routing_kernels().put_along_rows(dvalues, s[0], rows, n, k, dx);
-                     } else {
-                       dispatch_floating(g.dtype(), [&](auto zero) {
-                         using T = decltype(zero);
-                         cpu::put_along_rows<T>(dvalues.data<T>(), s[0].data<int32_t>(), rows, n, k, dx.data<T>());
-                       });
-                     }
+                     Tensor dx = Tensor::zeros(in_shape, g.dtype(), g.device());
+                     run_put_along_rows(g.contiguous(), s[0], rows, n, k, dx);
                      grads.add(0, dx);
                    });
   return result;
+}
+
+// ---- put_along_rows --------------------------------------------------------------
+
+Tensor put_along_rows(const Tensor& values, const Tensor& indices, int64_t n) {
+  const char* op = "put_along_rows";
+  check_floating(op, values, "values");
+  check_dtype(op, indices, DType::i32, "indices");
+  check_same_device(op, {values, indices});
+  HEADROOM_CHECK(values.dim() >= 1 && indices.shape() == values.shape(), "[", op,
+                 "] expected values [..., k] and indices of the same shape, got ", shape_str(values.shape()),
+                 " and ", shape_str(indices.shape()));
+  HEADROOM_CHECK(n >= 0, "[", op, "] n must be >= 0, got ", n);
+  // values, indices: [rows, k]  ->  out: [rows, n]
+  const int64_t k = values.size(-1), rows = k ? values.numel() / k : 0;
+  Shape out_shape = values.shape();
+  out_shape.back() = n;
+  Tensor index = indices.contiguous();
+  if (on_cuda(index)) {  // checked on the device: a bad index writes column 0 and is reported by a later call
+    HEADROOM_CHECK(n > 0 || index.numel() == 0, "[", op, "] cannot put ", k, " values per row into rows of size 0");
+    Tensor safe = Tensor::empty(index.shape(), DType::i32, index.device());
+    cuda::routing_kernels().check_indices(index.reshape({-1}), n, cuda::IndexUse::put_column, 1, safe.reshape({-1}));
+    index = safe;
+  } else {
+    const int32_t* idx = index.data<int32_t>();
+    for (int64_t i = 0; i < index.numel(); ++i)
+      HEADROOM_CHECK(idx[i] >= 0 && idx[i] < n, "[", op, "] index ", idx[i], " at position ", i,
+                     " is outside [0, n = ", n, ")");
+  }
+  Tensor out = Tensor::zeros(out_shape, values.dtype(), values.device());
+  run_put_along_rows(values.contiguous(), index, rows, n, k, out);
+
+  autograd::record(out, op, {values}, {index},
+                   [rows, n, k, shape = values.shape()](const autograd::Saved& s, const Tensor& g,
+                                                        autograd::Grads& grads) {
+                     // g: [rows, n]  ->  dvalues: [rows, k], each value's entry of g
+                     Tensor dvalues = Tensor::empty(shape, g.dtype(), g.device());
+                     run_take_along_rows(g.contiguous(), s[0], rows, n, k, dvalues);
+                     grads.add(0, dvalues);
+                   });
+  return out;
 }
 
 // ---- index_select --------------------------------------------------------------

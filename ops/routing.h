@@ -50,6 +50,14 @@ struct TopK {
 // Backward scatters the values' gradient to the selected positions (0 elsewhere).
 TopK topk(const Tensor& x, int64_t k);
 
+// The transpose of picking k entries per row: out [..., n] is 0 except
+//   out[..., indices[..., j]] += values[..., j]   for j = 0..k-1 in order,
+// as PyTorch's zeros(..., n).scatter_add_(-1, indices, values).  values: [..., k]
+// floating; indices: i32 of values' shape, each in [0, n).  A top-k's values put
+// back in place (MoA's gates as an [N, E] matrix); with values of ones, the
+// k-hot mask of the indices.  Backward: dvalues[..., j] = dout[..., indices[..., j]].
+Tensor put_along_rows(const Tensor& values, const Tensor& indices, int64_t n);
+
 // PyTorch's index_select: out has x's shape with dimension `dim` replaced by
 // indices.numel(), out[..., i, ...] = x[..., indices[i], ...].
 // indices: i32, 0-d or 1-d, each in [0, x.size(dim)).  x: f32, f64 or i32.

@@ -1,5 +1,5 @@
 // CUDA parity of the routing family: route() (the plan built on the device,
-// compared entry by entry with the CPU's), topk, index_select, gather_rows,
+// compared entry by entry with the CPU's), topk, put_along_rows, index_select, gather_rows,
 // scatter_add_rows and the three grouped matmuls, forward and backward through
 // the public ops, on the edge cases of design.md §10 (an empty segment, all
 // tokens on one segment, k == E, a single token, no tokens) and at sizes that
@@ -146,6 +146,25 @@ TEST_CASE("cuda routing: topk matches the CPU, ties, NaN, values and gradient") 
                {randn({37, 3, 2}, 1)}, 0);
   check_parity([](const std::vector<Tensor>& in) { return topk(in[0], 16).values; }, {randn({9, 40}, 2, DType::f64)},
                0);
+}
+
+// ---- put_along_rows ----------------------------------------------------------------------
+
+TEST_CASE("cuda routing: put_along_rows matches the CPU, repeated indices, values and gradient") {
+  HEADROOM_REQUIRE_CUDA();
+  // 300 rows (more than one block of threads), k = 3 of n = 4 with repeats; f32 and f64.
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Tensor indices = random_indices(300, 3, 4, 21);
+    check_parity([&](const std::vector<Tensor>& in) { return put_along_rows(in[0], in[1], 4); },
+                 {randn({300, 3}, 3, dtype), indices}, 0);
+  }
+  // A bad index is reported by a later call, as index_select's.
+  Tensor values = randn({2, 2}, 4).to(Device::cuda());
+  put_along_rows(values, Tensor::from_vector<int32_t>({0, 1, 7, 0}, {2, 2}).to(Device::cuda()), 4);
+  backend(Device::cuda()).synchronize(0);
+  CHECK_THROWS_HEADROOM(put_along_rows(values, Tensor::from_vector<int32_t>({0, 1, 2, 3}, {2, 2}).to(Device::cuda()), 4),
+                        "[put_along_rows] index 7 at position 2 is outside [0, n = 4)");
+  CHECK_NOTHROW(put_along_rows(values, Tensor::from_vector<int32_t>({0, 1, 2, 3}, {2, 2}).to(Device::cuda()), 4));
 }
 
 // ---- index_select -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// The routing family: route(), topk, index_select, gather_rows,
+// The routing family: route(), topk, put_along_rows, index_select, gather_rows,
 // scatter_add_rows, segment_matmul and its gather / scatter forms.  Every op is checked against a plain
 // per-token, per-slot loop (outputs and all gradients, gates included), by
 // gradcheck in f64, on the edge cases of design.md §10 (an empty expert, all
@@ -161,6 +161,61 @@ TEST_CASE("routing: topk errors") {
   CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}, DType::i32), 1),
                         "[topk] expected input of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(topk(Tensor::scalar(1), 1), "[topk] expected at least one dimension");
+}
+
+// ---- put_along_rows --------------------------------------------------------------
+
+TEST_CASE("routing: put_along_rows matches a loop, repeated indices add, and its gradient takes") {
+  // [2, 3] rows of k = 4 values into rows of n = 5; random indices repeat within rows.
+  const int64_t k = 4, n = 5, rows = 6;
+  Tensor values = param({2, 3, k}, 5);
+  Tensor indices = random_indices(rows, k, n, 7).view({2, 3, k});
+  Tensor out = put_along_rows(values, indices, n);
+  CHECK(out.shape() == Shape{2, 3, n});
+  std::vector<double> v = values.to_vector<double>(), got = out.to_vector<double>();
+  std::vector<int32_t> idx = indices.to_vector<int32_t>();
+  std::vector<double> expected(rows * n, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < k; ++j) expected[r * n + idx[r * k + j]] += v[r * k + j];
+  CHECK(got == expected);
+
+  Generator gen(9);
+  Tensor seed = Tensor::randn({2, 3, n}, gen, DType::f64);
+  out.backward(seed);
+  std::vector<double> seeds = seed.to_vector<double>(), grad = values.grad().to_vector<double>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < k; ++j) CHECK(grad[r * k + j] == seeds[r * n + idx[r * k + j]]);
+}
+
+TEST_CASE("routing: put_along_rows of ones is the k-hot mask of a top-k") {
+  Tensor x = Tensor::from_vector<float>({0.1f, 0.7f, 0.2f, 0.9f, 0.3f, 0.3f, 0.5f, 0.1f}, {2, 4});
+  TopK top = topk(x, 2);
+  Tensor mask = put_along_rows(Tensor::ones({2, 2}), top.indices, 4);
+  CHECK(mask.to_vector<float>() == std::vector<float>{0, 1, 0, 1, 1, 0, 1, 0});
+  // The values in place: x where chosen, 0 elsewhere.
+  CHECK(put_along_rows(top.values, top.indices, 4).to_vector<float>() ==
+        std::vector<float>{0, 0.7f, 0, 0.9f, 0.3f, 0, 0.5f, 0});
+}
+
+TEST_CASE("routing: put_along_rows gradcheck (f64, non-contiguous values)") {
+  Tensor values = param({3, 5}, 13);
+  Tensor indices = random_indices(5, 3, 4, 17);  // [5, 3], repeats included
+  auto fn = [&](const std::vector<Tensor>& in) { return put_along_rows(in[0].t(), indices, 4); };
+  auto r = gradcheck(fn, {values});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("routing: put_along_rows errors") {
+  Tensor values = Tensor::zeros({2, 3});
+  Tensor indices = Tensor::from_vector<int32_t>({0, 1, 2, 3, 4, 5}, {2, 3});
+  CHECK_THROWS_HEADROOM(put_along_rows(values, indices, 5), "[put_along_rows] index 5 at position 5 is outside [0, n = 5)");
+  CHECK_THROWS_HEADROOM(put_along_rows(values, indices.view({3, 2}), 8),
+                        "[put_along_rows] expected values [..., k] and indices of the same shape, got (2,3) and (3,2)");
+  CHECK_THROWS_HEADROOM(put_along_rows(Tensor::zeros({2, 3}, DType::i32), indices, 8),
+                        "[put_along_rows] expected values of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(put_along_rows(values, values, 8), "[put_along_rows] expected indices of dtype i32");
+  CHECK_THROWS_HEADROOM(put_along_rows(values, Tensor::from_vector<int32_t>({0, -1, 0, 0, 0, 0}, {2, 3}), 8),
+                        "[put_along_rows] index -1 at position 1 is outside [0, n = 8)");
 }
 
 // ---- index_select ----------------------------------------------------------------

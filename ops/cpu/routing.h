@@ -16,7 +16,7 @@ void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indic
 // Per row: out[row, j] = src[row, index[row, j]].   src: [rows, n]  out, index: [rows, k]
 template <typename T>
 void take_along_rows(const T* src, const int32_t* index, int64_t rows, int64_t n, int64_t k, T* out);
-// Its transpose: dst[row, index[row, j]] += src[row, j] (indices distinct within a row).
+// Its transpose: dst[row, index[row, j]] += src[row, j], j ascending (repeats add).
 template <typename T>
 void put_along_rows(const T* src, const int32_t* index, int64_t rows, int64_t n, int64_t k, T* dst);
 
