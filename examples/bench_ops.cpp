@@ -8,8 +8,8 @@
 // Sections (each prints one Markdown table):
 //   1. matmul   headroom::matmul vs cblas_sgemm on the same buffers, 1024³ f32,
 //               and vs cblas_sgemm writing a newly allocated output per call
-//   2. dispatch nanoseconds per call of tiny ops (matmul [1,1]·[1,1], reshape
-//               and clone of 4 elements), grad mode off and recording, against
+//   2. dispatch nanoseconds per call of tiny ops (matmul [1,1]·[1,1], reshape,
+//               add and clone of 4 elements), grad mode off and recording, against
 //               the raw kernel
 //   3. attention fused attention (blocked online softmax, backward by
 //               recomputation) vs the same math composed from headroom ops
@@ -181,6 +181,18 @@ void bench_dispatch(const Options& options) {
     Tensor t = Tensor::ones({4}).set_requires_grad(grad);
     return [&sink, t] { sink = t.reshape({2, 2}); };
   }, [&, t = Tensor::ones({4})] { sink = make_view(t, {2, 2}, {2, 1}, 0); });
+
+  // add of two [4] tensors vs the loop it runs (small elementwise work stays
+  // off the OpenMP team: ops/cpu/parallel.h).
+  float lhs[4] = {1, 2, 3, 4}, rhs[4] = {4, 3, 2, 1}, sums[4];
+  overhead_rows(table, options, "add [4]+[4]", "4 adds", [&](bool grad) {
+    Tensor a = Tensor::ones({4}).set_requires_grad(grad), b = Tensor::ones({4});
+    return [&sink, a, b] { sink = a + b; };
+  }, [&] {
+    do_not_optimize(lhs);
+    for (int i = 0; i < 4; ++i) sums[i] = lhs[i] + rhs[i];
+    do_not_optimize(sums);
+  });
 
   // clone of 4 floats vs copying 16 bytes.
   float src[4] = {1, 2, 3, 4}, dst[4];
