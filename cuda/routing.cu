@@ -570,29 +570,22 @@ struct CudaRoutingKernels final : RoutingKernels {
 
   void take_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
                        const Tensor& out) override {
-    const int64_t total = rows * k;
-    if (total == 0) return;
-    const int device = src.device().index;
-    DeviceGuard guard(device);
-    dispatch_floating(src.dtype(), [&](auto zero) {
+    // One thread per picked element.
+    along_rows(src, rows * k, "take_along_rows_kernel", [&](auto zero, unsigned grid, cudaStream_t s) {
       using T = decltype(zero);
-      take_along_rows_kernel<T><<<capped_grid(total), kThreads, 0, stream(device)>>>(
-          src.data<T>(), index.data<int32_t>(), n, k, total, out.data<T>());
+      take_along_rows_kernel<T><<<grid, kThreads, 0, s>>>(src.data<T>(), index.data<int32_t>(), n, k, rows * k,
+                                                           out.data<T>());
     });
-    check_launch("take_along_rows_kernel");
   }
 
   void put_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
                       const Tensor& dst) override {
-    if (rows * k == 0) return;
-    const int device = src.device().index;
-    DeviceGuard guard(device);
-    dispatch_floating(src.dtype(), [&](auto zero) {
+    // One thread per row: repeated indices add in order.
+    along_rows(src, k > 0 ? rows : 0, "put_along_rows_kernel", [&](auto zero, unsigned grid, cudaStream_t s) {
       using T = decltype(zero);
-      put_along_rows_kernel<T><<<capped_grid(rows), kThreads, 0, stream(device)>>>(
-          src.data<T>(), index.data<int32_t>(), n, k, rows, dst.data<T>());
+      put_along_rows_kernel<T><<<grid, kThreads, 0, s>>>(src.data<T>(), index.data<int32_t>(), n, k, rows,
+                                                         dst.data<T>());
     });
-    check_launch("put_along_rows_kernel");
   }
 
   void gather_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor& pair, int64_t group,
@@ -686,6 +679,18 @@ struct CudaRoutingKernels final : RoutingKernels {
           device_rows<T>(x), device_rows<T>(dy), offsets.data<int32_t>(), in, out_features, dw.data<T>());
     });
     check_launch("segment_weight_grad_kernel");
+  }
+
+ private:
+  // take/put_along_rows: launch(zero of src's dtype, grid, stream) on src's
+  // device for `threads` work items (none: nothing to do).
+  template <typename Launch>
+  static void along_rows(const Tensor& src, int64_t threads, const char* kernel, Launch&& launch) {
+    if (threads == 0) return;
+    const int device = src.device().index;
+    DeviceGuard guard(device);
+    dispatch_floating(src.dtype(), [&](auto zero) { launch(zero, capped_grid(threads), stream(device)); });
+    check_launch(kernel);
   }
 };
 

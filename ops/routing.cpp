@@ -162,23 +162,21 @@ void run_sum_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor&
   });
 }
 
-// Per row of rows: out[row, j] = src[row, index[row, j]].   src: [rows, n]  index, out: [rows, k]
-void run_take_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
-                         const Tensor& out) {
-  if (on_cuda(src)) return cuda::routing_kernels().take_along_rows(src, index, rows, n, k, out);
+// Between rows [rows, n] and their picked entries [rows, k] (index: [rows, k]):
+//   take: out[row, j] = src[row, index[row, j]]
+//   put:  out[row, index[row, j]] += src[row, j], j ascending (its transpose)
+enum class Along { take, put };
+void run_along_rows(Along along, const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
+                    const Tensor& out) {
+  if (on_cuda(src)) {
+    cuda::RoutingKernels& kernels = cuda::routing_kernels();
+    if (along == Along::take) return kernels.take_along_rows(src, index, rows, n, k, out);
+    return kernels.put_along_rows(src, index, rows, n, k, out);
+  }
   dispatch_floating(src.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::take_along_rows<T>(src.data<T>(), index.data<int32_t>(), rows, n, k, out.data<T>());
-  });
-}
-
-// Its transpose: dst[row, index[row, j]] += src[row, j], j ascending.   src, index: [rows, k]  dst: [rows, n]
-void run_put_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
-                        const Tensor& dst) {
-  if (on_cuda(src)) return cuda::routing_kernels().put_along_rows(src, index, rows, n, k, dst);
-  dispatch_floating(src.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    cpu::put_along_rows<T>(src.data<T>(), index.data<int32_t>(), rows, n, k, dst.data<T>());
+    if (along == Along::take) cpu::take_along_rows<T>(src.data<T>(), index.data<int32_t>(), rows, n, k, out.data<T>());
+    else cpu::put_along_rows<T>(src.data<T>(), index.data<int32_t>(), rows, n, k, out.data<T>());
   });
 }
 
@@ -336,14 +334,14 @@ TopK topk(const Tensor& x, int64_t k) {
       cpu::topk_indices<T>(src.data<T>(), rows, n, k, result.indices.data<int32_t>());
     });
   }
-  run_take_along_rows(src, result.indices, rows, n, k, result.values);
+  run_along_rows(Along::take, src, result.indices, rows, n, k, result.values);
 
   const Shape in_shape = x.shape();
   autograd::record(result.values, "topk", {x}, {result.indices},
                    [in_shape, rows, n, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      // g: [rows, k]  ->  dx: [rows, n], zero where nothing was selected
                      Tensor dx = Tensor::zeros(in_shape, g.dtype(), g.device());
-                     run_put_along_rows(g.contiguous(), s[0], rows, n, k, dx);
+                     run_along_rows(Along::put, g.contiguous(), s[0], rows, n, k, dx);
                      grads.add(0, dx);
                    });
   return result;
@@ -377,14 +375,14 @@ Tensor put_along_rows(const Tensor& values, const Tensor& indices, int64_t n) {
                      " is outside [0, n = ", n, ")");
   }
   Tensor out = Tensor::zeros(out_shape, values.dtype(), values.device());
-  run_put_along_rows(values.contiguous(), index, rows, n, k, out);
+  run_along_rows(Along::put, values.contiguous(), index, rows, n, k, out);
 
   autograd::record(out, op, {values}, {index},
                    [rows, n, k, shape = values.shape()](const autograd::Saved& s, const Tensor& g,
                                                         autograd::Grads& grads) {
                      // g: [rows, n]  ->  dvalues: [rows, k], each value's entry of g
                      Tensor dvalues = Tensor::empty(shape, g.dtype(), g.device());
-                     run_take_along_rows(g.contiguous(), s[0], rows, n, k, dvalues);
+                     run_along_rows(Along::take, g.contiguous(), s[0], rows, n, k, dvalues);
                      grads.add(0, dvalues);
                    });
   return out;
