@@ -67,13 +67,6 @@ __global__ void scale_kernel(T* x, Layout layout, double factor, int64_t n) {
   }
 }
 
-// Calls body(T{}) with T = float or double, the type of a floating dtype.
-template <typename Body>
-void with_floating(DType dtype, Body body) {
-  if (dtype == DType::f32) body(float{});
-  else body(double{});
-}
-
 // Element pointer of a tensor's storage (a Layout carries the offset).
 template <typename T>
 T* storage_data(const Tensor& t) {
@@ -82,23 +75,10 @@ T* storage_data(const Tensor& t) {
 
 Layout layout_of(const Tensor& t, const char* op) { return make_layout(t.shape(), t.strides(), t.offset(), op); }
 
-// The launch every elementwise method shares: nothing for an empty tensor,
-// else launch(T{}, blocks, stream) on t's device with T its element type,
-// then the launch check.
-template <typename Launch>
-void launch_over(const Tensor& t, const char* kernel, Launch launch) {
-  const int64_t n = t.numel();
-  if (n == 0) return;
-  const int device = t.device().index;
-  DeviceGuard guard(device);
-  with_floating(t.dtype(), [&](auto zero) { launch(zero, capped_grid(n), stream(device)); });
-  check_launch(kernel);
-}
-
 struct CudaOptimKernels final : OptimKernels {
   void sgd(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
            const SgdUpdate& update) override {
-    launch_over(param, "sgd_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
+    launch_floating(param, param.numel(), "sgd_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
       using T = decltype(zero);
       T* buffer = momentum_buffer.defined() ? momentum_buffer.data<T>() : nullptr;
       sgd_kernel<T><<<blocks, kThreads, 0, s>>>(param.data<T>(), grad.data<T>(), buffer, update, param.numel());
@@ -107,7 +87,7 @@ struct CudaOptimKernels final : OptimKernels {
 
   void adam(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
             const AdamUpdate& update) override {
-    launch_over(param, "adam_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
+    launch_floating(param, param.numel(), "adam_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
       using T = decltype(zero);
       adam_kernel<T><<<blocks, kThreads, 0, s>>>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(),
                                                  exp_avg_sq.data<T>(), update, param.numel());
@@ -132,7 +112,7 @@ struct CudaOptimKernels final : OptimKernels {
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (blocks[i] == 0) continue;
       const Tensor& t = tensors[i];
-      with_floating(t.dtype(), [&](auto zero) {
+      dispatch_floating(t.dtype(), [&](auto zero) {
         using T = decltype(zero);
         squares_kernel<T><<<blocks[i], kThreads, 0, stream(device.index)>>>(
             storage_data<T>(t), layout_of(t, "sum_of_squares"), t.numel(), next);
@@ -146,7 +126,7 @@ struct CudaOptimKernels final : OptimKernels {
   }
 
   void scale_(const Tensor& x, double factor) override {
-    launch_over(x, "scale_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
+    launch_floating(x, x.numel(), "scale_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
       using T = decltype(zero);
       scale_kernel<T><<<blocks, kThreads, 0, s>>>(storage_data<T>(x), layout_of(x, "scale_"), factor, x.numel());
     });

@@ -571,7 +571,7 @@ struct CudaRoutingKernels final : RoutingKernels {
   void take_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
                        const Tensor& out) override {
     // One thread per picked element.
-    along_rows(src, rows * k, "take_along_rows_kernel", [&](auto zero, unsigned grid, cudaStream_t s) {
+    launch_floating(src, rows * k, "take_along_rows_kernel", [&](auto zero, unsigned grid, cudaStream_t s) {
       using T = decltype(zero);
       take_along_rows_kernel<T><<<grid, kThreads, 0, s>>>(src.data<T>(), index.data<int32_t>(), n, k, rows * k,
                                                            out.data<T>());
@@ -581,7 +581,7 @@ struct CudaRoutingKernels final : RoutingKernels {
   void put_along_rows(const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
                       const Tensor& dst) override {
     // One thread per row: repeated indices add in order.
-    along_rows(src, k > 0 ? rows : 0, "put_along_rows_kernel", [&](auto zero, unsigned grid, cudaStream_t s) {
+    launch_floating(src, k > 0 ? rows : 0, "put_along_rows_kernel", [&](auto zero, unsigned grid, cudaStream_t s) {
       using T = decltype(zero);
       put_along_rows_kernel<T><<<grid, kThreads, 0, s>>>(src.data<T>(), index.data<int32_t>(), n, k, rows,
                                                          dst.data<T>());
@@ -679,18 +679,6 @@ struct CudaRoutingKernels final : RoutingKernels {
           device_rows<T>(x), device_rows<T>(dy), offsets.data<int32_t>(), in, out_features, dw.data<T>());
     });
     check_launch("segment_weight_grad_kernel");
-  }
-
- private:
-  // take/put_along_rows: launch(zero of src's dtype, grid, stream) on src's
-  // device for `threads` work items (none: nothing to do).
-  template <typename Launch>
-  static void along_rows(const Tensor& src, int64_t threads, const char* kernel, Launch&& launch) {
-    if (threads == 0) return;
-    const int device = src.device().index;
-    DeviceGuard guard(device);
-    dispatch_floating(src.dtype(), [&](auto zero) { launch(zero, capped_grid(threads), stream(device)); });
-    check_launch(kernel);
   }
 };
 

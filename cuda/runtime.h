@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "headroom/core/error.h"
+#include "headroom/core/tensor.h"
 
 // HEADROOM_CUDA_CHECK(cudaMemcpy(...)): throws headroom::Error with the
 // expression, the CUDA error string and file:line when the call fails.
@@ -63,5 +64,17 @@ inline unsigned capped_grid(int64_t n) {
 
 // After a launch: throws with the kernel's name if the launch failed.
 void check_launch(const char* kernel);
+
+// The launch of a grid-stride kernel over `items` work items of t's floating
+// dtype: nothing when there are none, else launch(T{}, blocks, stream) on
+// t's device (T = float or double), then the launch check.
+template <typename Launch>
+void launch_floating(const Tensor& t, int64_t items, const char* kernel, Launch&& launch) {
+  if (items == 0) return;
+  const int device = t.device().index;
+  DeviceGuard guard(device);
+  dispatch_floating(t.dtype(), [&](auto zero) { launch(zero, capped_grid(items), stream(device)); });
+  check_launch(kernel);
+}
 
 }  // namespace headroom::cuda

@@ -180,6 +180,23 @@ void run_along_rows(Along along, const Tensor& src, const Tensor& index, int64_t
   });
 }
 
+// The indices to read with, each checked against [0, limit).  On the host
+// bad_index(position, value) is called for a bad one and throws; on CUDA the check
+// runs on the device, a bad index is read as 0 and a later call reports it
+// (cuda/routing.h).  flat: i32 [count], contiguous.
+template <typename Message>
+Tensor checked_indices(const Tensor& flat, int64_t limit, cuda::IndexUse use, Message&& bad_index) {
+  if (on_cuda(flat)) {
+    Tensor safe = Tensor::empty(flat.shape(), DType::i32, flat.device());
+    cuda::routing_kernels().check_indices(flat, limit, use, 1, safe);
+    return safe;
+  }
+  const int32_t* idx = flat.data<int32_t>();
+  for (int64_t i = 0; i < flat.numel(); ++i)
+    if (idx[i] < 0 || idx[i] >= limit) bad_index(i, idx[i]);
+  return flat;
+}
+
 // [N*k, D]: row r = gates[pair] * x[pair / k] with pair = order[r] (gates
 // undefined = 1).  x: [N, D]  gates: [N, k]  order: [N*k]
 Tensor gather_slots(const Tensor& x, const Tensor& gates, const Tensor& order, int64_t k) {
@@ -362,18 +379,14 @@ Tensor put_along_rows(const Tensor& values, const Tensor& indices, int64_t n) {
   const int64_t k = values.size(-1), rows = k ? values.numel() / k : 0;
   Shape out_shape = values.shape();
   out_shape.back() = n;
-  Tensor index = indices.contiguous();
-  if (on_cuda(index)) {  // checked on the device: a bad index writes column 0 and is reported by a later call
-    HEADROOM_CHECK(n > 0 || index.numel() == 0, "[", op, "] cannot put ", k, " values per row into rows of size 0");
-    Tensor safe = Tensor::empty(index.shape(), DType::i32, index.device());
-    cuda::routing_kernels().check_indices(index.reshape({-1}), n, cuda::IndexUse::put_column, 1, safe.reshape({-1}));
-    index = safe;
-  } else {
-    const int32_t* idx = index.data<int32_t>();
-    for (int64_t i = 0; i < index.numel(); ++i)
-      HEADROOM_CHECK(idx[i] >= 0 && idx[i] < n, "[", op, "] index ", idx[i], " at position ", i,
-                     " is outside [0, n = ", n, ")");
-  }
+  // On CUDA a bad index is written to column 0, which rows of size 0 lack.
+  HEADROOM_CHECK(!on_cuda(indices) || n > 0 || indices.numel() == 0, "[", op, "] cannot put ", k,
+                 " values per row into rows of size 0");
+  Tensor index = checked_indices(indices.contiguous().reshape({-1}), n, cuda::IndexUse::put_column,
+                                 [&](int64_t i, int32_t value) {
+                                   HEADROOM_FAIL("[", op, "] index ", value, " at position ", i, " is outside [0, n = ",
+                                                 n, ")");
+                                 });
   Tensor out = Tensor::zeros(out_shape, values.dtype(), values.device());
   run_along_rows(Along::put, values.contiguous(), index, rows, n, k, out);
 
@@ -402,23 +415,16 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < d; ++i) outer *= x.size(i);
   for (int i = d + 1; i < x.dim(); ++i) inner *= x.size(i);
-  Tensor index = indices.contiguous().reshape({count});
-  if (on_cuda(index)) {
-    // Checked on the device; a bad index reads row 0 and is reported by a
-    // later call (cuda/routing.cu says why).  A dimension of size 0 has no
-    // row 0 to read instead, and every index is bad: refuse it here.
-    HEADROOM_CHECK(size > 0 || count == 0, "[index_select] cannot select ", count,
-                   " indices from dimension ", d, " of size 0 in shape ", shape_str(x.shape()));
-    Tensor safe = Tensor::empty({count}, DType::i32, index.device());
-    cuda::routing_kernels().check_indices(index, size, cuda::IndexUse::select_row, 1, safe);
-    index = safe;
-  } else {
-    const int32_t* idx = index.data<int32_t>();
-    for (int64_t i = 0; i < count; ++i)
-      HEADROOM_CHECK(idx[i] >= 0 && idx[i] < size, "[index_select] index ", idx[i], " at position ", i,
-                     " is out of range for dimension ", d, " of size ", size, " in shape ",
-                     shape_str(x.shape()));
-  }
+  // On CUDA a bad index reads row 0 (cuda/routing.cu says why); a dimension
+  // of size 0 has no row 0 to read instead, and every index is bad: refuse it here.
+  HEADROOM_CHECK(!on_cuda(indices) || size > 0 || count == 0, "[index_select] cannot select ", count,
+                 " indices from dimension ", d, " of size 0 in shape ", shape_str(x.shape()));
+  Tensor index = checked_indices(indices.contiguous().reshape({count}), size, cuda::IndexUse::select_row,
+                                 [&](int64_t i, int32_t value) {
+                                   HEADROOM_FAIL("[index_select] index ", value, " at position ", i,
+                                                 " is out of range for dimension ", d, " of size ", size,
+                                                 " in shape ", shape_str(x.shape()));
+                                 });
   Shape out_shape = x.shape();
   out_shape[d] = count;
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());

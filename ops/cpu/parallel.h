@@ -24,7 +24,10 @@ void parallel_for(int64_t n, bool parallel, const Body& body) {
 }
 
 // The same with per-thread scratch: each thread makes its own with
-// make_scratch() once and reuses it, body(scratch, i).
+// make_scratch() once and reuses it, body(scratch, i).  (The form above is
+// not written through this one: with an empty scratch passed along, GCC
+// compiled the elementwise loops 15-20% slower, e.g. gt of [16k] 18.7 ->
+// 22.8 µs.)
 template <typename MakeScratch, typename Body>
 void parallel_for(int64_t n, bool parallel, const MakeScratch& make_scratch, const Body& body) {
   if (!parallel) {
