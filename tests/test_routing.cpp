@@ -438,9 +438,13 @@ RoutePlan fused_case_plan() {
   return route(Tensor::from_vector(chosen, {300, 2}), 4);
 }
 
-TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-row loops") {
+// in > out and in < out: the weight gradient's kernel runs on dw or on dwᵀ,
+// with whole tiles, a last overlapping tile and columns past the last panel.
+void check_fused_against_loops(int64_t in, int64_t out) {
+  CAPTURE(in);
+  CAPTURE(out);
   RoutePlan plan = fused_case_plan();
-  const int64_t tokens = plan.num_tokens, rows = plan.rows(), segments = 4, in = 5, out = 3;
+  const int64_t tokens = plan.num_tokens, rows = plan.rows(), segments = 4;
   Tensor x = param({tokens, in}, 1), y = param({rows, in}, 2), w = param({segments, in, out}, 3);
   Generator gen(4);
   Tensor seed_rows = Tensor::randn({rows, out}, gen, DType::f64), seed_tokens = Tensor::randn({tokens, out}, gen, DType::f64);
@@ -475,6 +479,10 @@ TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-r
   CHECK_CLOSE(y.grad().to_vector<double>(), want_sdy, 1e-12, 0.0);
   CHECK_CLOSE(w.grad().to_vector<double>(), want_sdw, 1e-12, 0.0);
   check_zero_slice(w.grad(), 2);
+}
+
+TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-row loops") {
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{5, 3}, {37, 20}, {20, 37}}) check_fused_against_loops(in, out);
 }
 
 // The CPU kernel under gather_segment_matmul and segment_matmul_scatter,
@@ -526,6 +534,54 @@ void check_indexed_gemm(int64_t depth, int64_t width) {
       for (int64_t kk = 0; kk < depth; ++kk) plain_want[i * width + j] += a[i * lda + kk] * b[kk * width + j];
   CHECK_CLOSE(std::vector<double>(plain.begin(), plain.end()),
               std::vector<double>(plain_want.begin(), plain_want.end()), tol, 0.0);
+}
+
+// indexed_gemm_tn against a loop: rows through indices or in place, c stored
+// or transposed, row counts below, at and past one tile (with an overlapping
+// last tile), widths with columns past the last panel, and an empty depth.
+template <typename T>
+void check_indexed_gemm_tn(int64_t depth, int64_t rows, int64_t width) {
+  CAPTURE(depth);
+  CAPTURE(rows);
+  CAPTURE(width);
+  const int64_t height = 23, lda = rows + 3, ldb = width + 2;
+  Generator gen(uint64_t(11 + depth * 7 + rows * 13 + width));
+  auto values = [&](int64_t n) {
+    std::vector<T> v(n);
+    for (T& x : v) x = T(gen.next_uniform() - 0.5);
+    return v;
+  };
+  const std::vector<T> a = values(height * lda), b = values(height * ldb);
+  std::vector<int32_t> a_rows(depth), b_rows(depth);
+  for (int64_t kk = 0; kk < depth; ++kk) {
+    a_rows[kk] = int32_t((kk * 3 + 1) % height);
+    b_rows[kk] = int32_t((kk * 5 + 2) % height);
+  }
+  const double tol = std::is_same<T, float>::value ? 1e-5 : 1e-13;
+  for (bool transpose_c : {false, true}) {
+    CAPTURE(transpose_c);
+    const bool index_a = transpose_c;  // a through a_rows in one case, in place in the other
+    const int64_t ldc = (transpose_c ? rows : width) + 1;
+    std::vector<T> c = values((transpose_c ? width : rows) * ldc), want = c;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < width; ++j) {
+        T dot = 0;
+        for (int64_t kk = 0; kk < depth; ++kk) dot += a[(index_a ? a_rows[kk] : kk) * lda + i] * b[b_rows[kk] * ldb + j];
+        want[transpose_c ? j * ldc + i : i * ldc + j] = dot;
+      }
+    cpu::indexed_gemm_tn<T>({a.data(), lda, index_a ? a_rows.data() : nullptr}, {b.data(), ldb, b_rows.data()}, depth,
+                            rows, width, c.data(), ldc, transpose_c);
+    CHECK_CLOSE(std::vector<double>(c.begin(), c.end()), std::vector<double>(want.begin(), want.end()), tol, 0.0);
+  }
+}
+
+TEST_CASE("routing: the indexed GEMM kernel for weight gradients matches a loop") {
+  for (int64_t depth : {0, 1, 19})
+    for (int64_t rows : {4, 6, 13})
+      for (int64_t width : {3, 16, 37}) {
+        check_indexed_gemm_tn<float>(depth, rows, width);
+        check_indexed_gemm_tn<double>(depth, rows, width);
+      }
 }
 
 TEST_CASE("routing: the indexed GEMM kernel matches a loop") {

@@ -1,8 +1,10 @@
-// The indexed-row GEMM of the routing ops (see the header).  One register
+// The indexed-row GEMMs of the routing ops (see the header).  One register
 // tile: 6 result rows by 2 vector registers of columns, with b's panel of
 // those columns reused by every row tile, as a BLAS micro-kernel does, but
-// without packing.  At MoA's shapes (depth 64 or 512, ~64-256 rows per expert
-// and tile) it beats copying the rows for OpenBLAS by 4-12% (README, item 8).
+// without packing.  indexed_gemm reads a row by row (a product's rows),
+// indexed_gemm_tn column by column (a weight gradient's aᵀ).  At MoA's shapes
+// (depth 64 or 512, ~64-256 rows per expert and tile) they beat copying the
+// rows for OpenBLAS by 4-12% (README).
 #include "headroom/ops/cpu/indexed_gemm.h"
 
 #include <algorithm>
@@ -60,42 +62,54 @@ bool adds(const IndexedRows<T>& p, int64_t i) {
   return p.add && p.add[i];
 }
 
-// Rows [i0, i0 + count), count <= kTileRows, columns [j0, j0 + 2 kLanes).
-template <typename T>
-void register_tile(const IndexedRows<T>& p, int64_t i0, int64_t count, const T* b, int64_t depth, int64_t width,
-                   int64_t j0) {
+// The register tile: acc[i] = Σ_kk a(i, kk) · b(kk)[0 : 2 kLanes) for the 6
+// rows i, handed to finish(acc).  a(i, kk) is a scalar, b(kk) points at the
+// tile's columns of b's row kk.  The first step sets the accumulators (depth
+// >= 1 here): zeroing them first compiles to a memset of the array.
+template <typename T, typename AAt, typename BRow, typename Finish>
+inline void register_tile(int64_t depth, AAt&& a, BRow&& b, Finish&& finish) {
   constexpr int64_t lanes = kLanes<T>;
-  const T* a[kTileRows];  // rows past count repeat row i0: computed, never stored
-  for (int64_t i = 0; i < kTileRows; ++i) a[i] = a_row(p, i0 + (i < count ? i : 0));
-  // The first step sets the accumulators (depth >= 1 here): zeroing them
-  // first compiles to a memset of the array.
   Vec<T> acc[kTileRows][2];
   {
-    const Vec<T> b0 = load(b + j0), b1 = load(b + j0 + lanes);
+    const Vec<T> b0 = load(b(0)), b1 = load(b(0) + lanes);
     for (int64_t i = 0; i < kTileRows; ++i) {
-      acc[i][0] = a[i][0] * b0;
-      acc[i][1] = a[i][0] * b1;
+      acc[i][0] = a(i, 0) * b0;
+      acc[i][1] = a(i, 0) * b1;
     }
   }
   for (int64_t kk = 1; kk < depth; ++kk) {
-    const Vec<T> b0 = load(b + kk * width + j0), b1 = load(b + kk * width + j0 + lanes);
+    const Vec<T> b0 = load(b(kk)), b1 = load(b(kk) + lanes);
     for (int64_t i = 0; i < kTileRows; ++i) {
-      const T s = a[i][kk];
+      const T s = a(i, kk);
       acc[i][0] += s * b0;
       acc[i][1] += s * b1;
     }
   }
-  // A loop of constant length, so that the accumulators stay in registers.
-  for (int64_t i = 0; i < kTileRows; ++i) {
-    if (i >= count) break;
-    T* c = c_row(p, i0 + i) + j0;
-    const T scale = p.scale ? p.scale[i0 + i] : T(1);
-    for (int64_t half = 0; half < 2; ++half) {
-      Vec<T> v = scale * acc[i][half];
-      if (adds(p, i0 + i)) v += load(c + half * lanes);
-      store(c + half * lanes, v);
-    }
-  }
+  finish(acc);
+}
+
+// Rows [i0, i0 + count), count <= kTileRows, columns [j0, j0 + 2 kLanes).
+template <typename T>
+void row_tile(const IndexedRows<T>& p, int64_t i0, int64_t count, const T* b, int64_t depth, int64_t width,
+              int64_t j0) {
+  constexpr int64_t lanes = kLanes<T>;
+  const T* a[kTileRows];  // rows past count repeat row i0: computed, never stored
+  for (int64_t i = 0; i < kTileRows; ++i) a[i] = a_row(p, i0 + (i < count ? i : 0));
+  register_tile<T>(
+      depth, [&](int64_t i, int64_t kk) { return a[i][kk]; }, [&](int64_t kk) { return b + kk * width + j0; },
+      [&](const Vec<T> (&acc)[kTileRows][2]) {
+        // A loop of constant length, so that the accumulators stay in registers.
+        for (int64_t i = 0; i < kTileRows; ++i) {
+          if (i >= count) break;
+          T* c = c_row(p, i0 + i) + j0;
+          const T scale = p.scale ? p.scale[i0 + i] : T(1);
+          for (int64_t half = 0; half < 2; ++half) {
+            Vec<T> v = scale * acc[i][half];
+            if (adds(p, i0 + i)) v += load(c + half * lanes);
+            store(c + half * lanes, v);
+          }
+        }
+      });
 }
 
 // Columns [j0, width), fewer than one tile wide: a dot product per element.
@@ -113,6 +127,12 @@ void tail_columns(const IndexedRows<T>& p, int64_t rows, const T* b, int64_t dep
   }
 }
 
+// Row kk of an operand of indexed_gemm_tn.
+template <typename T>
+const T* depth_row(const T* x, int64_t ld, const int32_t* rows, int64_t kk) {
+  return x + (rows ? int64_t(rows[kk]) : kk) * ld;
+}
+
 }  // namespace
 
 template <typename T>
@@ -127,11 +147,53 @@ void indexed_gemm(const IndexedRows<T>& rows_of, int64_t rows, const T* b, int64
   // Panel by panel, so b's columns [j0, j0 + panel) stay in L1 for all rows.
   for (int64_t j0 = 0; j0 < whole; j0 += panel)
     for (int64_t i0 = 0; i0 < rows; i0 += kTileRows)
-      register_tile(rows_of, i0, std::min(kTileRows, rows - i0), b, depth, width, j0);
+      row_tile(rows_of, i0, std::min(kTileRows, rows - i0), b, depth, width, j0);
   if (whole < width) tail_columns(rows_of, rows, b, depth, width, whole);
+}
+
+template <typename T>
+void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<T>& b, int64_t depth, int64_t rows, int64_t width, T* c,
+                     int64_t ldc, bool transpose_c) {
+  auto c_at = [&](int64_t i, int64_t j) -> T& { return transpose_c ? c[j * ldc + i] : c[i * ldc + j]; };
+  // Columns [j0, width) of every row, a dot product per element.
+  auto scalar_columns = [&](int64_t j0) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = j0; j < width; ++j) {
+        T dot = 0;
+        for (int64_t kk = 0; kk < depth; ++kk)
+          dot += depth_row(a.data, a.ld, a.rows, kk)[i] * depth_row(b.data, b.ld, b.rows, kk)[j];
+        c_at(i, j) = dot;
+      }
+  };
+  if (depth == 0 || rows < kTileRows) return scalar_columns(0);  // empty sums, or too few rows for a tile
+  constexpr int64_t lanes = kLanes<T>, panel = 2 * lanes;
+  const int64_t whole = width - width % panel;
+  for (int64_t j0 = 0; j0 < whole; j0 += panel)
+    for (int64_t i0 = 0; i0 < rows; i0 += kTileRows) {
+      // The last tile ends at the last row; rows it shares with the tile
+      // before are computed again and stored again, with the same values.
+      const int64_t first = std::min(i0, rows - kTileRows);
+      register_tile<T>(
+          depth, [&](int64_t i, int64_t kk) { return depth_row(a.data, a.ld, a.rows, kk)[first + i]; },
+          [&](int64_t kk) { return depth_row(b.data, b.ld, b.rows, kk) + j0; },
+          [&](const Vec<T> (&acc)[kTileRows][2]) {
+            if (!transpose_c) {
+              for (int64_t i = 0; i < kTileRows; ++i)
+                for (int64_t half = 0; half < 2; ++half) store(c + (first + i) * ldc + j0 + half * lanes, acc[i][half]);
+              return;
+            }
+            for (int64_t j = 0; j < panel; ++j)  // a column of the tile is kTileRows consecutive elements of c
+              for (int64_t i = 0; i < kTileRows; ++i) c[(j0 + j) * ldc + first + i] = acc[i][j / lanes][j % lanes];
+          });
+    }
+  if (whole < width) scalar_columns(whole);
 }
 
 template void indexed_gemm<float>(const IndexedRows<float>&, int64_t, const float*, int64_t, int64_t);
 template void indexed_gemm<double>(const IndexedRows<double>&, int64_t, const double*, int64_t, int64_t);
+template void indexed_gemm_tn<float>(const DepthRows<float>&, const DepthRows<float>&, int64_t, int64_t, int64_t,
+                                     float*, int64_t, bool);
+template void indexed_gemm_tn<double>(const DepthRows<double>&, const DepthRows<double>&, int64_t, int64_t, int64_t,
+                                      double*, int64_t, bool);
 
 }  // namespace headroom::cpu

@@ -32,4 +32,23 @@ struct IndexedRows {
 template <typename T>
 void indexed_gemm(const IndexedRows<T>& rows_of, int64_t rows, const T* b, int64_t depth, int64_t width);
 
+// An operand of indexed_gemm_tn, read row by row along the summed dimension:
+// row kk is data + rows[kk]·ld (rows null: data + kk·ld).
+template <typename T>
+struct DepthRows {
+  const T* data = nullptr;
+  int64_t ld = 0;
+  const int32_t* rows = nullptr;
+};
+
+// The weight gradient's product, aᵀ·b with both operands' rows read through
+// indices (BLAS would need them copied first):
+//   c(i, j) = Σ_kk a_row(kk)[i] · b_row(kk)[j]     0 <= i < rows, 0 <= j < width, 0 <= kk < depth
+// c(i, j) is c[i·ldc + j], or c[j·ldc + i] with transpose_c; every element is
+// stored.  It runs fastest with rows <= width (the tile is 6 rows by 16 or 8
+// columns), so a caller wanting the other shape computes bᵀ·a into cᵀ.
+template <typename T>
+void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<T>& b, int64_t depth, int64_t rows, int64_t width, T* c,
+                     int64_t ldc, bool transpose_c = false);
+
 }  // namespace headroom::cpu

@@ -89,12 +89,23 @@ void for_each_run(const int32_t* order, int64_t k, const int32_t* offsets, int64
   }
 }
 
-// Calls fn(e, first_row, rows) once per tile of at most `tile` rows of every
-// non-empty segment.  Tiles run in parallel, heaviest first so the threads
+// Calls fn(item) for every item, in parallel, heaviest first so the threads
 // finish together, each with single-threaded OpenBLAS (performance.md §6.2:
 // two independent one-thread GEMMs beat one two-thread GEMM at per-expert
-// shapes).  A lone tile keeps all of OpenBLAS's threads instead.  Each tile
-// writes only its own output, so the result does not depend on the schedule.
+// shapes).  A lone item keeps all of OpenBLAS's threads instead.  Each item
+// must write only its own output, so the result does not depend on the schedule.
+template <typename Item, typename Cost, typename Fn>
+void run_heaviest_first(std::vector<Item> items, Cost&& cost, Fn&& fn) {
+  std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) { return cost(a) > cost(b); });
+  if (items.size() == 1) return fn(items[0]);
+  BlasSingleThreadGuard blas_single_thread;
+  const int64_t n = int64_t(items.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) fn(items[i]);
+}
+
+// Calls fn(e, first_row, rows) once per tile of at most `tile` rows of every
+// non-empty segment, in parallel (run_heaviest_first).
 template <typename Fn>
 void for_each_segment_tile(const int32_t* offsets, int64_t segments, int64_t tile, Fn&& fn) {
   struct Tile {
@@ -106,15 +117,9 @@ void for_each_segment_tile(const int32_t* offsets, int64_t segments, int64_t til
       rows = std::min<int64_t>(tile, offsets[e + 1] - first);
       tiles.push_back({e, first, rows});
     }
-  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.rows > b.rows; });
-  if (tiles.size() == 1) {
-    fn(tiles[0].segment, tiles[0].first, tiles[0].rows);
-    return;
-  }
-  BlasSingleThreadGuard blas_single_thread;
-  const int64_t n = int64_t(tiles.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) fn(tiles[i].segment, tiles[i].first, tiles[i].rows);
+  run_heaviest_first(
+      std::move(tiles), [](const Tile& t) { return t.rows; },
+      [&](const Tile& t) { fn(t.segment, t.first, t.rows); });
 }
 
 // The k of indices [0, n) that rank first, in rank order, into best [k]:
@@ -321,18 +326,41 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
 template <typename T>
 void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& dy, const int32_t* offsets,
                                 int64_t segments, int64_t in, int64_t out_features, T* dw) {
-  for (int64_t e = 0; e < segments; ++e)  // a weight slice no row uses gets 0
-    if (offsets[e + 1] == offsets[e])
+  // dw[e]: [in, out] = x[seg e]ᵀ [in, rows] · dy[seg e] [rows, out], both read
+  // through their token indices in place (indexed_gemm_tn) instead of copied
+  // for BLAS.  The kernel's tile runs along the narrower side (dw[e]ᵀ =
+  // dy[seg e]ᵀ · x[seg e] when in > out), and each segment's dw is two work
+  // items, halves of the wider side, so that eight experts of unequal loads
+  // keep two threads busy to the end.  MoA's W_o gradient: 825 -> 765 µs,
+  // W_q's: 810 -> 800 µs (2 threads, README).
+  const bool transposed = in > out_features;
+  const GroupedRows<T>&a = transposed ? dy : x, &b = transposed ? x : dy;
+  const int64_t rows = std::min(in, out_features), width = std::max(in, out_features);
+  struct Block {
+    int64_t segment, col0, cols;  // columns [col0, col0 + cols) of the kernel's [rows, width]
+  };
+  std::vector<Block> blocks;
+  for (int64_t e = 0; e < segments; ++e) {
+    if (offsets[e + 1] == offsets[e]) {  // a weight slice no row uses gets 0
       std::fill(dw + e * in * out_features, dw + (e + 1) * in * out_features, T(0));
-  // dw[e]: [in, out] = Σ over tiles x[tile]ᵀ [in, rows] · dy[tile] [rows, out], tiles in order.
-  const int64_t tile = x.order || dy.order ? kGatherTile : kWholeSegment;
-  for_each_segment_tile(offsets, segments, kWholeSegment, [&](int64_t e, int64_t first, int64_t rows) {
-    for (int64_t done = 0; done < rows; done += tile) {
-      const int64_t n = std::min(tile, rows - done);
-      gemm(CblasTrans, CblasNoTrans, in, out_features, n, tile_rows(x, first + done, n, 0), in,
-           tile_rows(dy, first + done, n, 1), out_features, dw + e * in * out_features, out_features,
-           T(done ? 1 : 0));
+      continue;
     }
+    const int64_t half = (width / 2 + 15) / 16 * 16;  // on a whole tile of columns
+    if (half < width) blocks.insert(blocks.end(), {{e, 0, half}, {e, half, width - half}});
+    else blocks.push_back({e, 0, width});
+  }
+  auto cost = [offsets](const Block& b) { return (offsets[b.segment + 1] - offsets[b.segment]) * b.cols; };
+  run_heaviest_first(std::move(blocks), cost, [&](const Block& block) {
+    const int64_t first = offsets[block.segment], depth = offsets[block.segment + 1] - first;
+    // The segment's rows of g from column col0 on: in place, or through its token rows.
+    auto operand = [&](const GroupedRows<T>& g, int64_t col0, int slot) {
+      if (!g.order) return DepthRows<T>{g.data + first * g.width + col0, g.width};
+      int32_t* tokens = thread_buffer<int32_t>(slot, depth);
+      for (int64_t i = 0; i < depth; ++i) tokens[i] = int32_t(g.order[first + i] / g.k);
+      return DepthRows<T>{g.data + col0, g.width, tokens};
+    };
+    T* c = dw + block.segment * in * out_features + (transposed ? block.col0 * out_features : block.col0);
+    indexed_gemm_tn(operand(a, 0, 0), operand(b, block.col0, 1), depth, rows, block.cols, c, out_features, transposed);
   });
 }
 
