@@ -542,20 +542,26 @@ Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, con
   Tensor out = segment_gemm_scatter(y_grouped, weight, plan.offsets, plan.order, plan.position, k, tokens,
                                     /*transpose_w=*/false, flat_gates);
   autograd::record(
-      out, op, {y_grouped, weight, gates}, {y_grouped, weight, plan.offsets, plan.order, plan.position, flat_gates},
+      out, op, {y_grouped, weight, gates}, {y_grouped, weight, plan.offsets, plan.order, flat_gates},
       [rows, tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-        const Tensor &y = s[0], &w = s[1], &offsets = s[2], &order = s[3], &position = s[4], &gates = s[5];
-        // g: [N, out].  Each row's gate, in grouped order: [N*k, 1] (undefined without gates).
-        Tensor row_gates = gates.defined() ? gather_slots(gates.reshape({rows, 1}), Tensor(), order, 1) : Tensor();
-        if (grads.wants(0) || grads.wants(2)) {
-          Tensor dy = segment_gemm({g, order, k}, w, offsets, rows, /*transpose_w=*/true);  // [N*k, in], ungated
-          if (grads.wants(2))  // dgates[t, j] = <y[r], dy[r]> for the row r = position[t*k + j]
-            grads.add(2, gather_slots(sum(y * dy, {1}, true), Tensor(), position, 1).view({tokens, k}));
-          if (grads.wants(0)) grads.add(0, row_gates.defined() ? dy * row_gates : dy);
+        const Tensor &y = s[0], &w = s[1], &offsets = s[2], &order = s[3], &gates = s[4];
+        // g: [N, out].  dy: the products' gradient, ungated, [N*k, in].
+        Tensor dy;
+        if (grads.wants(0) || grads.wants(2)) dy = segment_gemm({g, order, k}, w, offsets, rows, /*transpose_w=*/true);
+        Tensor y_gated = y;
+        if (gates.defined()) {  // on the CPU only: on CUDA the rows were scaled before this op
+          if (!dy.defined()) dy = Tensor::zeros(y.shape(), y.dtype());  // only w's gradient is wanted
+          Tensor dgates = Tensor::empty({tokens, k}, y.dtype()), y_rows = y.contiguous();
+          y_gated = Tensor::empty(y.shape(), y.dtype());
+          dispatch_floating(y.dtype(), [&](auto zero) {
+            using T = decltype(zero);
+            cpu::gate_rows_backward<T>(y_rows.data<T>(), gates.data<T>(), order.data<int32_t>(), rows, y.size(1),
+                                       dy.data<T>(), dgates.data<T>(), y_gated.data<T>());
+          });
+          if (grads.wants(2)) grads.add(2, dgates);
         }
-        if (grads.wants(1))
-          grads.add(1, segment_gemm_weight_grad({row_gates.defined() ? y * row_gates : y}, {g, order, k}, offsets,
-                                                w.shape()));
+        if (grads.wants(0)) grads.add(0, dy);
+        if (grads.wants(1)) grads.add(1, segment_gemm_weight_grad({y_gated}, {g, order, k}, offsets, w.shape()));
       });
   return out;
 }

@@ -224,6 +224,24 @@ void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64
 }
 
 template <typename T>
+void gate_rows_backward(const T* y, const T* gates, const int32_t* order, int64_t rows, int64_t width, T* dy,
+                        T* dgates, T* y_gated) {
+  parallel_for(rows, rows * width > kParallelElements, [&](int64_t r) {
+    const T* y_row = y + r * width;  // [width] each
+    T* dy_row = dy + r * width;
+    T* y_gated_row = y_gated + r * width;
+    const T gate = gates[order[r]];
+    T dot = 0;
+    for (int64_t c = 0; c < width; ++c) {
+      dot += y_row[c] * dy_row[c];
+      dy_row[c] *= gate;
+      y_gated_row[c] = gate * y_row[c];
+    }
+    dgates[order[r]] = dot;
+  });
+}
+
+template <typename T>
 void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
                     int64_t out_features, bool transpose_w, T* out) {
   // Forward: [rows, in] · [in, out].  Transposed: [rows, out] · [in, out]ᵀ.
@@ -370,6 +388,7 @@ void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& d
   template void put_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                  \
   template void sum_rows<T>(const T*, int64_t, const int32_t*, const int32_t*, const T*, int64_t, T*);       \
   template void row_dots<T>(const T*, const int32_t*, const T*, int64_t, int64_t, int64_t, T*);              \
+  template void gate_rows_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t, T*, T*, T*);    \
   template void segment_matmul<T>(const GroupedRows<T>&, const T*, const int32_t*, int64_t, int64_t, int64_t,  \
                                   bool, T*);                                                                 \
   template void segment_matmul_scatter<T>(const T*, const int32_t*, int64_t, const int32_t*, int64_t, const T*, \

@@ -39,6 +39,14 @@ template <typename T>
 void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs,
               T* out);
 
+// The gates' part of the gated scatter's backward, one pass over the grouped
+// rows r (pair p = order[r]): dgates[p] = <y[r], dy[r]>, then dy[r] *= gates[p]
+// and y_gated[r] = gates[p] · y[r].  dy holds the ungated gradient on entry.
+// y, dy, y_gated: [rows, width]  order: [rows]  gates, dgates: [rows], pair order
+template <typename T>
+void gate_rows_backward(const T* y, const T* gates, const int32_t* order, int64_t rows, int64_t width, T* dy,
+                        T* dgates, T* y_gated);
+
 // ---- grouped GEMMs over the segments of a plan -------------------------------------
 // offsets: [segments + 1]; w: [E, in, out], and "· w[e]" below reads as "· w[e]ᵀ"
 // with transpose_w (then the operand rows are `out` wide and the results `in`).
