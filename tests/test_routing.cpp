@@ -538,13 +538,14 @@ void check_indexed_gemm(int64_t depth, int64_t width) {
 
 // indexed_gemm_tn against a loop: rows through indices or in place, c stored
 // or transposed, row counts below, at and past one tile (with an overlapping
-// last tile), widths with columns past the last panel, and an empty depth.
+// last tile), widths with columns past the last panel, an empty depth and one
+// of two depth blocks.
 template <typename T>
 void check_indexed_gemm_tn(int64_t depth, int64_t rows, int64_t width) {
   CAPTURE(depth);
   CAPTURE(rows);
   CAPTURE(width);
-  const int64_t height = 23, lda = rows + 3, ldb = width + 2;
+  const int64_t height = 611, lda = rows + 3, ldb = width + 2;
   Generator gen(uint64_t(11 + depth * 7 + rows * 13 + width));
   auto values = [&](int64_t n) {
     std::vector<T> v(n);
@@ -576,7 +577,7 @@ void check_indexed_gemm_tn(int64_t depth, int64_t rows, int64_t width) {
 }
 
 TEST_CASE("routing: the indexed GEMM kernel for weight gradients matches a loop") {
-  for (int64_t depth : {0, 1, 19})
+  for (int64_t depth : {0, 1, 19, 600})  // 600: two blocks of the summed dimension
     for (int64_t rows : {4, 6, 13})
       for (int64_t width : {3, 16, 37}) {
         check_indexed_gemm_tn<float>(depth, rows, width);
