@@ -7,6 +7,7 @@
 // device branch in one helper.
 #include "headroom/ops/routing.h"
 
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -213,6 +214,22 @@ Tensor combine_slots(const Tensor& y, const Tensor& gates, const Tensor& positio
   run_sum_rows(y.contiguous(), 1, y.size(1), Tensor(), k, position, gates.defined() ? gates.contiguous() : gates,
                tokens, out);
   return out;
+}
+
+// The gates' part of the gated scatter's backward (CPU only, see
+// segment_matmul_scatter): returns dgates [N, k] (dgates[p] = <y[r], dy[r]>
+// for the pair p = order[r]) and y_gated [N*k, in] (each row times its gate),
+// and scales dy's rows by their gates in place.   y, dy: [N*k, in]  gates: [N*k], pair order
+std::pair<Tensor, Tensor> gate_rows_backward(const Tensor& y, const Tensor& gates, const Tensor& order, Tensor& dy,
+                                             int64_t tokens, int64_t k) {
+  Tensor y_rows = y.contiguous();
+  Tensor dgates = Tensor::empty({tokens, k}, y.dtype()), y_gated = Tensor::empty(y.shape(), y.dtype());
+  dispatch_floating(y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    cpu::gate_rows_backward<T>(y_rows.data<T>(), gates.data<T>(), order.data<int32_t>(), y.size(0), y.size(1),
+                               dy.data<T>(), dgates.data<T>(), y_gated.data<T>());
+  });
+  return {dgates, y_gated};
 }
 
 // [N, k]: dots[t, j] = <y[position[t*k + j]], dout[t]>, the gates' gradient.
@@ -551,13 +568,8 @@ Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, con
         Tensor y_gated = y;
         if (gates.defined()) {  // on the CPU only: on CUDA the rows were scaled before this op
           if (!dy.defined()) dy = Tensor::zeros(y.shape(), y.dtype());  // only w's gradient is wanted
-          Tensor dgates = Tensor::empty({tokens, k}, y.dtype()), y_rows = y.contiguous();
-          y_gated = Tensor::empty(y.shape(), y.dtype());
-          dispatch_floating(y.dtype(), [&](auto zero) {
-            using T = decltype(zero);
-            cpu::gate_rows_backward<T>(y_rows.data<T>(), gates.data<T>(), order.data<int32_t>(), rows, y.size(1),
-                                       dy.data<T>(), dgates.data<T>(), y_gated.data<T>());
-          });
+          Tensor dgates;
+          std::tie(dgates, y_gated) = gate_rows_backward(y, gates, order, dy, tokens, k);
           if (grads.wants(2)) grads.add(2, dgates);
         }
         if (grads.wants(0)) grads.add(0, dy);
