@@ -156,6 +156,22 @@ __global__ void scatter_kernel(const T* g, const int32_t* indices, ReduceDims d,
   }
 }
 
+// One thread per (o, c) line: n sequential steps, as the CPU adds them.
+template <typename T>
+__global__ void running_sum_kernel(const T* x, ReduceDims d, bool reverse, T* out) {
+  const int64_t lines = d.outer * d.inner;
+  const int64_t step_size = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t line = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; line < lines; line += step_size) {
+    const int64_t o = line / d.inner, c = line % d.inner;
+    double sum = 0;
+    for (int64_t step = 0; step < d.n; ++step) {
+      const int64_t at = (o * d.n + (reverse ? d.n - 1 - step : step)) * d.inner + c;
+      sum += double(x[at]);
+      out[at] = T(sum);
+    }
+  }
+}
+
 struct CudaReduceKernels final : ReduceKernels {
   void reduce(ReduceOp op, const Tensor& x, ReduceDims dims, const Tensor& out) override {
     dispatch_floating(x.dtype(), [&](auto zero) {
@@ -175,6 +191,19 @@ struct CudaReduceKernels final : ReduceKernels {
       if (which == Extreme::max) launch_reduce<T>("max", x, dims, ArgReducer<T, Extreme::max>{v, idx});
       else launch_reduce<T>("min", x, dims, ArgReducer<T, Extreme::min>{v, idx});
     });
+  }
+
+  void running_sum(const Tensor& x, ReduceDims dims, bool reverse, const Tensor& out) override {
+    const int64_t lines = dims.outer * dims.inner;
+    if (lines == 0 || dims.n == 0) return;
+    const int device = out.device().index;
+    DeviceGuard guard(device);
+    dispatch_floating(x.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      running_sum_kernel<T><<<capped_grid(lines), kThreads, 0, stream(device)>>>(x.data<T>(), dims, reverse,
+                                                                                  out.data<T>());
+    });
+    check_launch("running_sum");
   }
 
   void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims dims, const Tensor& grad) override {

@@ -20,6 +20,9 @@ struct ReduceKernels {
   // and, when `values` is defined, its value.  n >= 1.
   virtual void reduce_arg(cpu::Extreme which, const Tensor& x, cpu::ReduceDims dims, const Tensor& values,
                           const Tensor& indices) = 0;
+  // out[o, i, c] = Σ_{j <= i} x[o, j, c], or Σ_{j >= i} with `reverse`; x, out:
+  // contiguous [outer, n, inner].  Accumulates in double, in the CPU's order.
+  virtual void running_sum(const Tensor& x, cpu::ReduceDims dims, bool reverse, const Tensor& out) = 0;
   // grad (contiguous [outer, n, inner]) is zero except grad[o, indices[o, i], i] = g[o, i].
   // g, indices: contiguous [outer, inner].
   virtual void scatter_to_indices(const Tensor& g, const Tensor& indices, cpu::ReduceDims dims,

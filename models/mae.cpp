@@ -3,7 +3,6 @@
 #include <unordered_set>
 
 #include "headroom/autograd/grad_mode.h"
-#include "headroom/ops/matmul.h"
 #include "headroom/ops/nn.h"
 #include "headroom/ops/reduce.h"
 #include "headroom/ops/shape.h"
@@ -47,18 +46,13 @@ Tensor masked_mean(const Tensor& v, const Tensor& keep) {
 }
 
 // x̄_t = mean of the real x_τ, τ <= t, counting the tokens of earlier calls
-// from the cache.  The running sums are a product with a lower-triangular
-// matrix of ones (no cumsum op yet).  The cache's `extra` holds, per sequence,
-// the sum of the real inputs so far and in its last column their count: [B, d + 1].
+// from the cache.  The cache's `extra` holds, per sequence, the sum of the
+// real inputs so far and in its last column their count: [B, d + 1].
 Tensor prefix_mean(const AttentionInput& in) {
   const Tensor& x = in.x;
   const int64_t B = x.size(0), T = x.size(1), d = x.size(2);
   Tensor keep = real_positions(x_padding(in), B, T, x.dtype(), x.device());  // [B, T, 1]
-  Tensor positions = index_range(T, x.device());
-  Tensor lower = le(positions.unsqueeze(0), positions.unsqueeze(1)).to(x.dtype());  // [t, τ] = 1 for τ <= t
-  // One GEMM over every sequence: [T, T] · [T, B * (d + 1)].
-  Tensor totals = cat({x * keep, keep}, -1).permute({1, 0, 2}).reshape({T, B * (d + 1)});
-  Tensor running = matmul(lower, totals).reshape({T, B, d + 1}).permute({1, 0, 2});  // [B, T, d + 1]: sums, counts
+  Tensor running = cumsum(cat({x * keep, keep}, -1), 1);  // [B, T, d + 1]: sums, counts
   AttentionCache* cache = in.cache;
   if (cache && cache->extra.defined()) {
     HEADROOM_CHECK(cache->extra.dim() == 2 && cache->extra.size(0) == B && cache->extra.size(1) == d + 1,

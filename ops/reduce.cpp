@@ -107,6 +107,14 @@ Tensor reduce_arg(const char* op, cpu::Extreme which, const Tensor& x, const Red
   return indices;
 }
 
+// Running sums of x's [outer, n, inner] data (contiguous) along n, in x's shape.
+Tensor running_sums(const Tensor& x, const ReduceLayout& r, bool reverse) {
+  Tensor out = Tensor::empty(r.x_shape, x.dtype(), x.device());
+  if (x.device().is_cuda()) cuda::reduce_kernels().running_sum(x, r.dims, reverse, out);
+  else cpu::running_sum(x, r.dims, reverse, out);
+  return out;
+}
+
 // max and min: values, with the gradient routed to the chosen element.
 Tensor extreme(const char* op, cpu::Extreme which, const Tensor& x, const std::vector<int64_t>& dims,
                bool keepdim) {
@@ -179,6 +187,17 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
                      Tensor softmax = exp(s[0] - s[1].reshape(r.keep_shape));  // [x_shape]
                      grads.add(0, g.reshape(r.keep_shape) * softmax);
                    });
+  return out;
+}
+
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  HEADROOM_CHECK(x.dim() >= 1, "[cumsum] expected a tensor with at least one dimension, got a scalar");
+  ReduceLayout r = layout_reduction("cumsum", x, {dim}, /*keepdim=*/true);  // one dim: [outer, n, inner] in place
+  Tensor out = running_sums(r.arrange(x), r, /*reverse=*/false);
+  // x[j] reaches every out[i] with i >= j: its gradient sums g from the far end.
+  autograd::record(out, "cumsum", {x}, {}, [r](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
+    grads.add(0, running_sums(g.contiguous(), r, /*reverse=*/true));
+  });
   return out;
 }
 

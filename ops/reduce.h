@@ -35,6 +35,12 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 // empty slice.  Its gradient is softmax(x) times the incoming gradient.
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
 
+// Running sums along `dim` (PyTorch's cumsum): out has x's shape and
+// out[..., i, ...] = Σ_{j <= i} x[..., j, ...], accumulated in double.  Its
+// gradient is the incoming gradient's running sum taken from the other end.
+//   x: [2, 3]   cumsum(x, 1)[r] = {x[r,0], x[r,0] + x[r,1], x[r,0] + x[r,1] + x[r,2]}
+Tensor cumsum(const Tensor& x, int64_t dim);
+
 // Index (i32) of the first largest / smallest element along `dim`: ties go
 // to the lowest index.  Not differentiable.  The dimension must not be empty.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);

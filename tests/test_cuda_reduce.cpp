@@ -93,6 +93,18 @@ TEST_CASE("cuda reduce: non-contiguous inputs and f64") {
   }
 }
 
+TEST_CASE("cuda reduce: cumsum along each dimension, non-contiguous, f32 and f64") {
+  HEADROOM_REQUIRE_CUDA();
+  Generator gen(35);
+  for (int64_t dim : {0, 1, -1}) {
+    INFO("dim ", dim);
+    check_parity([&](const Inputs& in) { return cumsum(in[0], dim); }, {Tensor::randn({5, 300, 7}, gen)}, 1e-5, 1e-5);
+    check_parity([&](const Inputs& in) { return cumsum(in[0].permute({2, 0, 1}), dim); },
+                 {Tensor::randn({4, 3, 9}, gen, DType::f64)}, 1e-12, 1e-12);
+  }
+  check_parity([&](const Inputs& in) { return cumsum(in[0], 1); }, {Tensor::randn({3, 0}, gen)}, 0, 0);
+}
+
 TEST_CASE("cuda reduce: var with both corrections") {
   HEADROOM_REQUIRE_CUDA();
   Generator gen(34);

@@ -1,6 +1,6 @@
 // Reductions: every op against a naive loop over all dim lists of a 3-D
 // tensor (contiguous and permuted, f32 and f64), gradchecks, ties, stability,
-// empty dimensions and errors.
+// empty dimensions and errors; cumsum against a running-sum loop.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -228,6 +228,44 @@ TEST_CASE("empty reductions: sum 0, mean NaN, logsumexp -inf; 0-d inputs") {
   CHECK(max(scalar, {}).item() == 3.5);
 }
 
+// cumsum against a loop along each dimension of a 3-D tensor, contiguous and
+// permuted (a non-contiguous view), f32 and f64.
+TEST_CASE("cumsum matches a running-sum loop along every dimension (f32, f64, permuted input)") {
+  for (DType dtype : {DType::f32, DType::f64})
+    for (bool permuted : {false, true})
+      for (int64_t dim : {0, 1, 2, -1}) {
+        CAPTURE(dtype);
+        CAPTURE(permuted);
+        CAPTURE(dim);
+        Generator gen(uint64_t(21 + dim));
+        Tensor base = Tensor::randn({3, 4, 5}, gen, dtype);
+        Tensor x = permuted ? base.permute({2, 0, 1}) : base;  // [5, 3, 4] view, or [3, 4, 5]
+        const Shape shape = x.shape();
+        const int axis = int(dim < 0 ? dim + x.dim() : dim);
+        std::vector<double> v = x.contiguous().to_vector<double>(), want(v.size());
+        const int64_t inner = axis == 2 ? 1 : axis == 1 ? shape[2] : shape[1] * shape[2];
+        for (size_t e = 0; e < v.size(); ++e) {  // element e adds to the one before it along axis
+          const int64_t along = (int64_t(e) / inner) % shape[axis];
+          want[e] = v[e] + (along > 0 ? want[e - inner] : 0.0);
+        }
+        Tensor got = cumsum(x, dim);
+        CHECK(got.shape() == shape);
+        CHECK_CLOSE(got.to_vector<double>(), want, dtype == DType::f32 ? 1e-5 : 1e-12, 0.0);
+      }
+  // Empty along the summed dimension, and elsewhere.
+  CHECK(cumsum(Tensor::ones({3, 0}), 1).shape() == Shape({3, 0}));
+  CHECK(cumsum(Tensor::ones({0, 3}), 1).shape() == Shape({0, 3}));
+}
+
+TEST_CASE("gradcheck: cumsum along each dimension of a non-contiguous input") {
+  for (int64_t dim : {0, 1, 2}) {
+    CAPTURE(dim);
+    auto r = gradcheck([&](const std::vector<Tensor>& in) { return cumsum(in[0].permute({2, 0, 1}), dim); },
+                       {leaf({3, 2, 4}, uint64_t(40 + dim))});
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
 TEST_CASE("reduction errors: dims out of range or repeated, empty dims for max/argmax, var degrees of freedom, dtype") {
   Tensor x = Tensor::ones({2, 3, 4});
   CHECK_THROWS_HEADROOM(sum(x, {3}), "[sum] dimension 3 is out of range for a tensor with 3 dimensions");
@@ -239,4 +277,7 @@ TEST_CASE("reduction errors: dims out of range or repeated, empty dims for max/a
   CHECK_THROWS_HEADROOM(var(Tensor::ones({3, 1}), {1}), "[var] 1 reduced element(s) of shape (3,1) leave no degrees of freedom with correction 1");
   CHECK_THROWS_HEADROOM(sum(Tensor::ones({2}, DType::i32)), "[sum] expected input of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(logsumexp(Tensor::ones({2}, DType::b8), {0}), "[logsumexp] expected input of dtype f32 or f64");
+  CHECK_THROWS_HEADROOM(cumsum(x, 3), "[cumsum] dimension 3 is out of range for a tensor with 3 dimensions");
+  CHECK_THROWS_HEADROOM(cumsum(Tensor::ones({2}, DType::i32), 0), "[cumsum] expected input of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(cumsum(Tensor::ones({}), 0), "[cumsum] expected a tensor with at least one dimension");
 }

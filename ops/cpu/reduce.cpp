@@ -144,6 +144,23 @@ void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& v
   });
 }
 
+void running_sum(const Tensor& x, ReduceDims d, bool reverse, const Tensor& out) {
+  dispatch_floating(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* src = x.data<T>();  // [outer, n, inner]
+    T* dst = out.data<T>();
+    // Per outer slice: the inner running sums advance together, one step of n at a time.
+    auto make_sums = [&] { return std::vector<double>(d.inner); };
+    parallel_for(d.outer, d.outer * d.n * d.inner >= kParallelMin, make_sums, [&](std::vector<double>& sums, int64_t o) {
+      std::fill(sums.begin(), sums.end(), 0.0);
+      for (int64_t step = 0; step < d.n; ++step) {
+        const int64_t at = (o * d.n + (reverse ? d.n - 1 - step : step)) * d.inner;
+        for (int64_t c = 0; c < d.inner; ++c) dst[at + c] = T(sums[c] += double(src[at + c]));
+      }
+    });
+  });
+}
+
 void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims d, const Tensor& grad) {
   dispatch_floating(g.dtype(), [&](auto zero) {
     using T = decltype(zero);

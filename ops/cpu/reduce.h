@@ -24,6 +24,11 @@ void reduce(ReduceOp op, const Tensor& x, ReduceDims dims, const Tensor& out);
 void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& values,
                 const Tensor& indices);
 
+// Running sums along n: out[o, i, c] = Σ_{j <= i} x[o, j, c], or Σ_{j >= i}
+// with `reverse` (cumsum's backward).  x, out: contiguous [outer, n, inner],
+// f32/f64; accumulates in double.
+void running_sum(const Tensor& x, ReduceDims dims, bool reverse, const Tensor& out);
+
 // The backward of reduce_arg: grad [outer, n, inner] is zero except
 // grad[o, indices[o, i], i] = g[o, i].  g: contiguous [outer, inner].
 void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims dims, const Tensor& grad);
