@@ -567,7 +567,8 @@ void check_indexed_gemm_tn(int64_t depth, int64_t rows, int64_t width) {
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < width; ++j) {
         T dot = 0;
-        for (int64_t kk = 0; kk < depth; ++kk) dot += a[(index_a ? a_rows[kk] : kk) * lda + i] * b[b_rows[kk] * ldb + j];
+        for (int64_t kk = 0; kk < depth; ++kk)
+          dot += a[(index_a ? a_rows[kk] : kk) * lda + i] * b[b_rows[kk] * ldb + j];
         want[transpose_c ? j * ldc + i : i * ldc + j] = dot;
       }
     cpu::indexed_gemm_tn<T>({a.data(), lda, index_a ? a_rows.data() : nullptr}, {b.data(), ldb, b_rows.data()}, depth,

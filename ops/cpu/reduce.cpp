@@ -151,7 +151,8 @@ void running_sum(const Tensor& x, ReduceDims d, bool reverse, const Tensor& out)
     T* dst = out.data<T>();
     // Per outer slice: the inner running sums advance together, one step of n at a time.
     auto make_sums = [&] { return std::vector<double>(d.inner); };
-    parallel_for(d.outer, d.outer * d.n * d.inner >= kParallelMin, make_sums, [&](std::vector<double>& sums, int64_t o) {
+    const bool parallel = d.outer * d.n * d.inner >= kParallelMin;
+    parallel_for(d.outer, parallel, make_sums, [&](std::vector<double>& sums, int64_t o) {
       std::fill(sums.begin(), sums.end(), 0.0);
       for (int64_t step = 0; step < d.n; ++step) {
         const int64_t at = (o * d.n + (reverse ? d.n - 1 - step : step)) * d.inner;
