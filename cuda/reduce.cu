@@ -194,16 +194,12 @@ struct CudaReduceKernels final : ReduceKernels {
   }
 
   void running_sum(const Tensor& x, ReduceDims dims, bool reverse, const Tensor& out) override {
-    const int64_t lines = dims.outer * dims.inner;
-    if (lines == 0 || dims.n == 0) return;
-    const int device = out.device().index;
-    DeviceGuard guard(device);
-    dispatch_floating(x.dtype(), [&](auto zero) {
+    // One thread per (o, c) line; no lines to run when n = 0.
+    const int64_t lines = dims.n ? dims.outer * dims.inner : 0;
+    launch_floating(x, lines, "running_sum_kernel", [&](auto zero, unsigned grid, cudaStream_t s) {
       using T = decltype(zero);
-      running_sum_kernel<T><<<capped_grid(lines), kThreads, 0, stream(device)>>>(x.data<T>(), dims, reverse,
-                                                                                  out.data<T>());
+      running_sum_kernel<T><<<grid, kThreads, 0, s>>>(x.data<T>(), dims, reverse, out.data<T>());
     });
-    check_launch("running_sum");
   }
 
   void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims dims, const Tensor& grad) override {

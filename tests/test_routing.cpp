@@ -485,6 +485,14 @@ TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-r
   for (auto [in, out] : {std::pair<int64_t, int64_t>{5, 3}, {37, 20}, {20, 37}}) check_fused_against_loops(in, out);
 }
 
+// n values uniform in [-0.5, 0.5) from gen, for the kernel checks below.
+template <typename T>
+std::vector<T> uniform_values(Generator& gen, int64_t n) {
+  std::vector<T> v(n);
+  for (T& x : v) x = T(gen.next_uniform() - 0.5);
+  return v;
+}
+
 // The CPU kernel under gather_segment_matmul and segment_matmul_scatter,
 // against a loop: row tiles and column panels with remainders, gathered and
 // scattered rows, scales, stored and added rows, and an empty depth.
@@ -494,11 +502,7 @@ void check_indexed_gemm(int64_t depth, int64_t width) {
   CAPTURE(width);
   const int64_t rows = 13, a_height = 17, c_height = 19, lda = depth + 2, ldc = width + 3;
   Generator gen(uint64_t(7 + depth * 31 + width));
-  auto values = [&](int64_t n) {
-    std::vector<T> v(n);
-    for (T& x : v) x = T(gen.next_uniform() - 0.5);
-    return v;
-  };
+  auto values = [&](int64_t n) { return uniform_values<T>(gen, n); };
   std::vector<T> a = values(a_height * lda), b = values(depth * width), c = values(c_height * ldc),
                  scale = values(rows);
   std::vector<int32_t> a_rows(rows), c_rows(rows);
@@ -547,11 +551,7 @@ void check_indexed_gemm_tn(int64_t depth, int64_t rows, int64_t width) {
   CAPTURE(width);
   const int64_t height = 611, lda = rows + 3, ldb = width + 2;
   Generator gen(uint64_t(11 + depth * 7 + rows * 13 + width));
-  auto values = [&](int64_t n) {
-    std::vector<T> v(n);
-    for (T& x : v) x = T(gen.next_uniform() - 0.5);
-    return v;
-  };
+  auto values = [&](int64_t n) { return uniform_values<T>(gen, n); };
   const std::vector<T> a = values(height * lda), b = values(height * ldb);
   std::vector<int32_t> a_rows(depth), b_rows(depth);
   for (int64_t kk = 0; kk < depth; ++kk) {

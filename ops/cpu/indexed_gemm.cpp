@@ -135,6 +135,37 @@ const T* depth_row(const T* x, int64_t ld, const int32_t* rows, int64_t kk) {
   return x + (rows ? int64_t(rows[kk]) : kk) * ld;
 }
 
+// The tile at rows [i0, i0 + 6) and columns [j0, j0 + 2 kLanes) of
+// indexed_gemm_tn's c (rows >= 6 in all), summed over depth rows [d0, d0 +
+// block): stored for the first block (d0 = 0), added for later ones.  The
+// last tile ends at c's last row, so it starts at `first` <= i0; its rows
+// before i0 belong to the tile before and are computed again but written
+// only by that one.
+template <typename T>
+void depth_tile(const DepthRows<T>& a, const DepthRows<T>& b, int64_t d0, int64_t block, int64_t rows, int64_t i0,
+                int64_t j0, T* c, int64_t ldc, bool transpose_c) {
+  constexpr int64_t lanes = kLanes<T>;
+  const int64_t first = std::min(i0, rows - kTileRows);
+  register_tile<T>(
+      block, [&](int64_t i, int64_t kk) { return depth_row(a.data, a.ld, a.rows, d0 + kk)[first + i]; },
+      [&](int64_t kk) { return depth_row(b.data, b.ld, b.rows, d0 + kk) + j0; },
+      [&](const Vec<T> (&acc)[kTileRows][2]) {
+        if (!transpose_c) {
+          for (int64_t i = i0 - first; i < kTileRows; ++i)
+            for (int64_t half = 0; half < 2; ++half) {
+              T* to = c + (first + i) * ldc + j0 + half * lanes;
+              store(to, d0 ? acc[i][half] + load(to) : acc[i][half]);
+            }
+          return;
+        }
+        for (int64_t j = 0; j < 2 * lanes; ++j)  // a column of the tile is kTileRows consecutive elements of c
+          for (int64_t i = i0 - first; i < kTileRows; ++i) {
+            T& to = c[(j0 + j) * ldc + first + i];
+            to = acc[i][j / lanes][j % lanes] + (d0 ? to : T(0));
+          }
+      });
+}
+
 }  // namespace
 
 template <typename T>
@@ -176,33 +207,10 @@ void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<T>& b, int64_t depth
   // T = 1024 (depth ~1024 per expert) ran 5% slower; blocks of 256 made its
   // weight gradients at T = 256 (depth 254-275) 10% slower.
   const int64_t blocks = (depth + kMaxDepthBlock - 1) / kMaxDepthBlock, block_size = (depth + blocks - 1) / blocks;
-  for (int64_t d0 = 0; d0 < depth; d0 += block_size) {
-    const int64_t block = std::min(block_size, depth - d0);
+  for (int64_t d0 = 0; d0 < depth; d0 += block_size)
     for (int64_t j0 = 0; j0 < whole; j0 += panel)
-      for (int64_t i0 = 0; i0 < rows; i0 += kTileRows) {
-        // The last tile ends at the last row; rows it shares with the tile
-        // before are computed again but written only by that one.
-        const int64_t first = std::min(i0, rows - kTileRows), fresh = i0 - first;  // tile rows [fresh, 6) are new
-        register_tile<T>(
-            block, [&](int64_t i, int64_t kk) { return depth_row(a.data, a.ld, a.rows, d0 + kk)[first + i]; },
-            [&](int64_t kk) { return depth_row(b.data, b.ld, b.rows, d0 + kk) + j0; },
-            [&](const Vec<T> (&acc)[kTileRows][2]) {
-              if (!transpose_c) {
-                for (int64_t i = fresh; i < kTileRows; ++i)
-                  for (int64_t half = 0; half < 2; ++half) {
-                    T* to = c + (first + i) * ldc + j0 + half * lanes;
-                    store(to, d0 ? acc[i][half] + load(to) : acc[i][half]);
-                  }
-                return;
-              }
-              for (int64_t j = 0; j < panel; ++j)  // a column of the tile is kTileRows consecutive elements of c
-                for (int64_t i = fresh; i < kTileRows; ++i) {
-                  T& to = c[(j0 + j) * ldc + first + i];
-                  to = acc[i][j / lanes][j % lanes] + (d0 ? to : T(0));
-                }
-            });
-      }
-  }
+      for (int64_t i0 = 0; i0 < rows; i0 += kTileRows)
+        depth_tile(a, b, d0, std::min(block_size, depth - d0), rows, i0, j0, c, ldc, transpose_c);
   if (whole < width) scalar_columns(whole);
 }
 

@@ -53,6 +53,15 @@ T* thread_buffer(int slot, int64_t size) {
   return buffer.data();
 }
 
+// The token rows of grouped rows [first, first + rows) of x (x.order set),
+// order[r] / k, in the calling thread's i32 buffer `slot`.
+template <typename T>
+const int32_t* token_rows(const GroupedRows<T>& x, int64_t first, int64_t rows, int slot) {
+  int32_t* tokens = thread_buffer<int32_t>(slot, rows);
+  for (int64_t i = 0; i < rows; ++i) tokens[i] = int32_t(x.order[first + i] / x.k);
+  return tokens;
+}
+
 // Grouped rows [first, first + rows) of x as one contiguous [rows, width]
 // block: in place, or gathered into the calling thread's buffer `slot`.
 template <typename T>
@@ -248,10 +257,8 @@ void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets,
   const int64_t y_width = transpose_w ? in : out_features;
   if (x.order && !transpose_w) {  // the indexed GEMM reads each tile's token rows where they are
     for_each_segment_tile(offsets, segments, kGatherTile, [&](int64_t e, int64_t first, int64_t rows) {
-      int32_t* tokens = thread_buffer<int32_t>(0, rows);
-      for (int64_t i = 0; i < rows; ++i) tokens[i] = int32_t(x.order[first + i] / x.k);
       IndexedRows<T> tile;
-      tile.a = x.data, tile.lda = x.width, tile.a_rows = tokens;
+      tile.a = x.data, tile.lda = x.width, tile.a_rows = token_rows(x, first, rows, 0);
       tile.c = out + first * y_width, tile.ldc = y_width;
       indexed_gemm(tile, rows, w + e * in * out_features, in, out_features);
     });
@@ -373,9 +380,7 @@ void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& d
     // The segment's rows of g from column col0 on: in place, or through its token rows.
     auto operand = [&](const GroupedRows<T>& g, int64_t col0, int slot) {
       if (!g.order) return DepthRows<T>{g.data + first * g.width + col0, g.width};
-      int32_t* tokens = thread_buffer<int32_t>(slot, depth);
-      for (int64_t i = 0; i < depth; ++i) tokens[i] = int32_t(g.order[first + i] / g.k);
-      return DepthRows<T>{g.data + col0, g.width, tokens};
+      return DepthRows<T>{g.data + col0, g.width, token_rows(g, first, depth, slot)};
     };
     T* c = dw + block.segment * in * out_features + (transposed ? block.col0 * out_features : block.col0);
     indexed_gemm_tn(operand(a, 0, 0), operand(b, block.col0, 1), depth, rows, block.cols, c, out_features, transposed);
