@@ -138,10 +138,10 @@ const T* depth_row(const T* x, int64_t ld, const int32_t* rows, int64_t kk) {
 
 // The tile at rows [i0, i0 + 6) and columns [j0, j0 + 2 kLanes) of
 // indexed_gemm_tn's c (rows >= 6 in all), summed over depth rows [d0, d0 +
-// block): stored for the first block (d0 = 0), added for later ones.  The
-// last tile ends at c's last row, so it starts at `first` <= i0; its rows
-// before i0 belong to the tile before and are computed again but written
-// only by that one.
+// block), whose b columns are the rows of b_panel [block, 2 kLanes): stored
+// for the first block (d0 = 0), added for later ones.  The last tile ends at
+// c's last row, so it starts at `first` <= i0; its rows before i0 belong to
+// the tile before and are computed again but written only by that one.
 template <typename T>
 void depth_tile(const DepthRows<T>& a, const T* b_panel, int64_t d0, int64_t block, int64_t rows, int64_t i0,
                 int64_t j0, T* c, int64_t ldc, bool transpose_c) {
@@ -213,7 +213,7 @@ void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<T>& b, int64_t depth
   // Read in place, the scattered rows are found in L1 only while nothing
   // evicts them: on a vCPU whose core another guest keeps busy, the kernel
   // ran 1.7x slower than on an idle one (BLAS on the same shapes: 1.0-1.15x).
-  thread_local std::vector<T> b_panel;
+  thread_local std::vector<T> b_panel;  // kept across calls: no fresh pages per call
   b_panel.resize(block_size * panel);
   for (int64_t d0 = 0; d0 < depth; d0 += block_size) {
     const int64_t block = std::min(block_size, depth - d0);
