@@ -41,8 +41,10 @@ struct DepthRows {
   const int32_t* rows = nullptr;
 };
 
-// The weight gradient's product, aᵀ·b with both operands' rows read through
-// indices (BLAS would need them copied first):
+// The weight gradient's product, aᵀ·b with both operands' rows reached through
+// indices: a's read in place, b's copied one panel (at most 512 rows by 16 or
+// 8 columns) at a time into a buffer of the calling thread.  BLAS would need
+// both copied whole first.
 //   c(i, j) = Σ_kk a_row(kk)[i] · b_row(kk)[j]     0 <= i < rows, 0 <= j < width, 0 <= kk < depth
 // c(i, j) is c[i·ldc + j], or c[j·ldc + i] with transpose_c; every element is
 // stored.  It runs fastest with rows <= width (the tile is 6 rows by 16 or 8

@@ -351,9 +351,9 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
 template <typename T>
 void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& dy, const int32_t* offsets,
                                 int64_t segments, int64_t in, int64_t out_features, T* dw) {
-  // dw[e]: [in, out] = x[seg e]ᵀ [in, rows] · dy[seg e] [rows, out], both read
-  // through their token indices in place (indexed_gemm_tn) instead of copied
-  // for BLAS.  The kernel's tile runs along the narrower side (dw[e]ᵀ =
+  // dw[e]: [in, out] = x[seg e]ᵀ [in, rows] · dy[seg e] [rows, out], both
+  // reached through their token indices (indexed_gemm_tn) instead of copied
+  // whole for BLAS.  The kernel's tile runs along the narrower side (dw[e]ᵀ =
   // dy[seg e]ᵀ · x[seg e] when in > out), and each segment's dw is two work
   // items, halves of the wider side, so that eight experts of unequal loads
   // keep two threads busy to the end.  MoA's W_o gradient: 825 -> 765 µs,
