@@ -9,6 +9,10 @@
 // the layers' own macs(), and η = f / ratio, the fraction of the FLOP saving
 // realised (goal on the CPU: η ≥ 0.8).  Before timing, each routed layer is
 // checked against its dense reference path at the benchmark's own shape.
+// As the performance guide asks: medians of 20 interleaved pairs by default,
+// with their interquartile ranges and the median of the per-pair ratios, and
+// the machine's state (an SGEMM rate and a memory bandwidth) measured before
+// and after each table, since the host's neighbours move all of these.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -28,7 +32,7 @@ namespace {
 
 struct Options {
   int threads = num_threads();
-  int iters = 10;
+  int iters = 20;  // the performance guide's minimum of timed iterations
   int64_t batch = 4;
   std::vector<int64_t> seqs = {256, 1024};
   std::string device = "cpu";
@@ -39,7 +43,7 @@ struct Options {
 const char* kUsage =
     "usage: bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--smoke]\n"
     "  --threads N  CPU threads (default: HEADROOM_NUM_THREADS or the core count)\n"
-    "  --iters N    timed pairs per measurement (default 10)\n"
+    "  --iters N    timed pairs per measurement (default 20)\n"
     "  --batch B    sequences per batch (default 4)\n"
     "  --seq LIST   sequence lengths, comma separated (default 256,1024)\n"
     "  --device D   cpu, cuda or cuda:N (default cpu)\n"
@@ -177,6 +181,25 @@ std::function<void()> pass(Attention& layer, const Tensor& x, const Tensor& dout
   };
 }
 
+// The machine's state while a table is measured (performance guide §4): the
+// rate of a dense SGEMM of MHA's projection shape and the bandwidth of an
+// in-place add over arrays larger than the last-level cache, at the run's
+// thread count.  A busy neighbour shows here as well as in the ratios.
+std::string anchors(Device device) {
+  if (!device.is_cpu()) return "";
+  Generator gen(1);
+  Tensor a = Tensor::randn({1024, 512}, gen), b = Tensor::randn({512, 512}, gen);
+  Tensor x = Tensor::zeros({16 << 20}), y = Tensor::ones({16 << 20});  // 64 MiB each
+  NoGradGuard no_grad;
+  auto gemm = [&] { matmul(a, b); };
+  auto add = [&] { add_(x, y); };
+  std::vector<double> gemm_ms, add_ms;
+  for (int i = 0; i < 12; ++i) gemm_ms.push_back(time_ms(gemm, 1)), add_ms.push_back(time_ms(add, 1));
+  const double gflops = 2.0 * 1024 * 512 * 512 / (median(gemm_ms) * 1e6);
+  const double gbytes = 3.0 * double(x.numel()) * sizeof(float) / (median(add_ms) * 1e6);  // 2 reads, 1 write
+  return format("SGEMM 1024x512x512 %.0f GFLOP/s", gflops) + format(", x += y over 64 MiB %.1f GB/s", gbytes);
+}
+
 size_t peak_bytes(const std::function<void()>& fn, Device device) {
   Backend& memory = backend(device);
   size_t base = memory.memory_stats().active_bytes;
@@ -198,8 +221,9 @@ void run(const Options& o, Device device) {
     char title[200];
     std::snprintf(title, sizeof title, "attention layer, d=%lld h=%lld B=%lld T=%lld causal f32, %s",
                   (long long)d, (long long)h, (long long)o.batch, (long long)T, hardware(o, device).c_str());
-    Table table(title, {"layer", "pass", "ms", "MHA ms", "ratio", "FLOP bound f", "η = f / ratio",
-                        "peak MiB (fwd+bwd)", "routing overhead", "routed vs dense max diff"});
+    const std::string anchors_before = anchors(device);
+    Table table(title, {"layer", "pass", "ms (IQR)", "MHA ms (IQR)", "ratio", "median pair ratio", "FLOP bound f",
+                        "η = f / ratio", "peak MiB (fwd+bwd)", "routing overhead", "routed vs dense max diff"});
     const double mha_macs = double(mha.macs(T, T, true));
     for (Candidate& c : list) {
       double diff = c.check ? c.check({x.detach(), Tensor(), true}) : 0;
@@ -225,13 +249,17 @@ void run(const Options& o, Device device) {
         Comparison cmp = time_interleaved(pass(*c.layer, x, dout, backward), pass(mha, x, dout, backward),
                                           o.iters, 1, o.smoke ? 0 : 2);
         const double ratio = cmp.a_ms / cmp.b_ms;
-        table.row({c.name, backward ? "fwd+bwd" : "forward", format("%.2f", cmp.a_ms), format("%.2f", cmp.b_ms),
-                   format("%.3f", ratio), format("%.3f", bound), format("%.2f", bound / ratio),
+        auto with_iqr = [](double ms, double iqr) { return format("%.2f", ms) + format(" (%.0f%%)", 100 * iqr); };
+        table.row({c.name, backward ? "fwd+bwd" : "forward", with_iqr(cmp.a_ms, cmp.a_iqr),
+                   with_iqr(cmp.b_ms, cmp.b_iqr), format("%.3f", ratio), format("%.3f", cmp.median_pair_time_ratio),
+                   format("%.3f", bound), format("%.2f", bound / ratio),
                    backward ? format("%.0f", peak) + " (MHA " + format("%.0f", mha_peak) + ")" : "",
                    backward ? "" : overhead, c.check ? format("%.1e", diff) : "n/a"});
       }
     }
     table.print();
+    if (device.is_cpu())
+      std::printf("\nMachine state (anchors) before: %s; after: %s\n", anchors_before.c_str(), anchors(device).c_str());
   }
 }
 

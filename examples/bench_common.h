@@ -16,10 +16,19 @@ namespace headroom::bench {
 // Keeps the compiler from deleting work whose result is never read.
 inline void do_not_optimize(const void* p) { asm volatile("" : : "g"(p) : "memory"); }
 
-inline double median(std::vector<double> values) {
+// The q-quantile (0 <= q <= 1) of values, interpolated linearly between
+// order statistics (numpy's default).
+inline double quantile(std::vector<double> values, double q) {
   std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  const double at = q * double(values.size() - 1);
+  const size_t below = size_t(at);
+  if (below + 1 >= values.size()) return values.back();
+  return values[below] + (at - double(below)) * (values[below + 1] - values[below]);
+}
+inline double median(const std::vector<double>& values) { return quantile(values, 0.5); }
+// The interquartile range relative to the median: how much the timings spread.
+inline double relative_iqr(const std::vector<double>& values) {
+  return (quantile(values, 0.75) - quantile(values, 0.25)) / median(values);
 }
 
 // Milliseconds for `reps` calls of fn.
@@ -34,8 +43,10 @@ double time_ms(Fn& fn, int reps) {
 // a ratio of 0.95 says A runs at 95% of B's speed.
 struct Comparison {
   double a_ms = 0, b_ms = 0;
+  double a_iqr = 0, b_iqr = 0;  // interquartile ranges relative to the medians
   double ratio_of_medians = 0;
   double median_pair_ratio = 0;
+  double median_pair_time_ratio = 0;  // the median over pairs of a's time / b's
 };
 
 // Runs a and b alternately (A,B then B,A, ...) `iters` times after `warmup`
@@ -47,7 +58,7 @@ Comparison time_interleaved(FnA&& a, FnB&& b, int iters, int reps = 1, int warmu
     time_ms(a, reps);
     time_ms(b, reps);
   }
-  std::vector<double> ta, tb, pair_ratios;
+  std::vector<double> ta, tb, pair_ratios, time_ratios;
   for (int i = 0; i < iters; ++i) {
     double first, second;
     if (i % 2 == 0) {
@@ -60,12 +71,16 @@ Comparison time_interleaved(FnA&& a, FnB&& b, int iters, int reps = 1, int warmu
     ta.push_back(first / reps);
     tb.push_back(second / reps);
     pair_ratios.push_back(second / first);
+    time_ratios.push_back(first / second);
   }
   Comparison c;
   c.a_ms = median(ta);
   c.b_ms = median(tb);
+  c.a_iqr = relative_iqr(ta);
+  c.b_iqr = relative_iqr(tb);
   c.ratio_of_medians = c.b_ms / c.a_ms;
   c.median_pair_ratio = median(pair_ratios);
+  c.median_pair_time_ratio = median(time_ratios);
   return c;
 }
 
