@@ -430,21 +430,24 @@ TEST_CASE("routing: segment_matmul errors") {
 
 // ---- gather_segment_matmul / segment_matmul_scatter ------------------------------------
 
-// 300 tokens, k = 2 over 4 segments (segment 2 empty, some tokens choosing one
-// segment twice): several token blocks and several gathered tiles per segment.
-RoutePlan fused_case_plan() {
-  std::vector<int32_t> chosen = random_indices(300, 2, 3, 11).to_vector<int32_t>();
+// `tokens` tokens (300 by default), k = 2 over 4 segments (segment 2 empty,
+// some tokens choosing one segment twice): several token blocks and several
+// gathered tiles per segment.
+RoutePlan fused_case_plan(int64_t tokens = 300) {
+  std::vector<int32_t> chosen = random_indices(tokens, 2, 3, 11).to_vector<int32_t>();
   for (int32_t& e : chosen) e = e == 2 ? 3 : e;
-  return route(Tensor::from_vector(chosen, {300, 2}), 4);
+  return route(Tensor::from_vector(chosen, {tokens, 2}), 4);
 }
 
-// in > out and in < out: the weight gradient's kernel runs on dw or on dwᵀ,
-// with whole tiles, a last overlapping tile and columns past the last panel.
-void check_fused_against_loops(int64_t in, int64_t out) {
+// The weight gradient runs on BLAS for in > out (with 700 tokens, segments
+// of over 256 rows: tiles summed into one slice), on the indexed kernel for
+// in < out (whole tiles, a last overlapping tile, columns past the last panel).
+void check_fused_against_loops(int64_t in, int64_t out, int64_t tokens) {
   CAPTURE(in);
   CAPTURE(out);
-  RoutePlan plan = fused_case_plan();
-  const int64_t tokens = plan.num_tokens, rows = plan.rows(), segments = 4;
+  CAPTURE(tokens);
+  RoutePlan plan = fused_case_plan(tokens);
+  const int64_t rows = plan.rows(), segments = 4;
   Tensor x = param({tokens, in}, 1), y = param({rows, in}, 2), w = param({segments, in, out}, 3);
   Generator gen(4);
   Tensor seed_rows = Tensor::randn({rows, out}, gen, DType::f64), seed_tokens = Tensor::randn({tokens, out}, gen, DType::f64);
@@ -482,7 +485,8 @@ void check_fused_against_loops(int64_t in, int64_t out) {
 }
 
 TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-row loops") {
-  for (auto [in, out] : {std::pair<int64_t, int64_t>{5, 3}, {37, 20}, {20, 37}}) check_fused_against_loops(in, out);
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{5, 3}, {37, 20}, {20, 37}}) check_fused_against_loops(in, out, 300);
+  check_fused_against_loops(37, 20, 700);
 }
 
 // n values uniform in [-0.5, 0.5) from gen, for the kernel checks below.
@@ -540,16 +544,16 @@ void check_indexed_gemm(int64_t depth, int64_t width) {
               std::vector<double>(plain_want.begin(), plain_want.end()), tol, 0.0);
 }
 
-// indexed_gemm_tn against a loop: rows through indices or in place, c stored
-// or transposed, row counts below, at and past one tile (with an overlapping
-// last tile), widths with columns past the last panel, an empty depth and one
-// of two depth blocks.
+// indexed_gemm_tn against a loop: a's rows through indices or in place, row
+// counts below, at and past one tile (with an overlapping last tile), widths
+// with columns past the last panel, an empty depth and one of two depth
+// blocks.
 template <typename T>
 void check_indexed_gemm_tn(int64_t depth, int64_t rows, int64_t width) {
   CAPTURE(depth);
   CAPTURE(rows);
   CAPTURE(width);
-  const int64_t height = 611, lda = rows + 3, ldb = width + 2;
+  const int64_t height = 611, lda = rows + 3, ldb = width + 2, ldc = width + 1;
   Generator gen(uint64_t(11 + depth * 7 + rows * 13 + width));
   auto values = [&](int64_t n) { return uniform_values<T>(gen, n); };
   const std::vector<T> a = values(height * lda), b = values(height * ldb);
@@ -559,20 +563,18 @@ void check_indexed_gemm_tn(int64_t depth, int64_t rows, int64_t width) {
     b_rows[kk] = int32_t((kk * 5 + 2) % height);
   }
   const double tol = std::is_same<T, float>::value ? 1e-5 : 1e-13;
-  for (bool transpose_c : {false, true}) {
-    CAPTURE(transpose_c);
-    const bool index_a = transpose_c;  // a through a_rows in one case, in place in the other
-    const int64_t ldc = (transpose_c ? rows : width) + 1;
-    std::vector<T> c = values((transpose_c ? width : rows) * ldc), want = c;
+  for (bool index_a : {false, true}) {
+    CAPTURE(index_a);
+    std::vector<T> c = values(rows * ldc), want = c;
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < width; ++j) {
         T dot = 0;
         for (int64_t kk = 0; kk < depth; ++kk)
           dot += a[(index_a ? a_rows[kk] : kk) * lda + i] * b[b_rows[kk] * ldb + j];
-        want[transpose_c ? j * ldc + i : i * ldc + j] = dot;
+        want[i * ldc + j] = dot;
       }
     cpu::indexed_gemm_tn<T>({a.data(), lda, index_a ? a_rows.data() : nullptr}, {b.data(), ldb, b_rows.data()}, depth,
-                            rows, width, c.data(), ldc, transpose_c);
+                            rows, width, c.data(), ldc);
     CHECK_CLOSE(std::vector<double>(c.begin(), c.end()), std::vector<double>(want.begin(), want.end()), tol, 0.0);
   }
 }

@@ -45,12 +45,11 @@ struct DepthRows {
 // indices: a's read in place, b's copied one panel (at most 512 rows by 16 or
 // 8 columns) at a time into a buffer of the calling thread.  BLAS would need
 // both copied whole first.
-//   c(i, j) = Σ_kk a_row(kk)[i] · b_row(kk)[j]     0 <= i < rows, 0 <= j < width, 0 <= kk < depth
-// c(i, j) is c[i·ldc + j], or c[j·ldc + i] with transpose_c; every element is
-// stored.  It runs fastest with rows <= width (the tile is 6 rows by 16 or 8
-// columns), so a caller wanting the other shape computes bᵀ·a into cᵀ.
+//   c[i·ldc + j] = Σ_kk a_row(kk)[i] · b_row(kk)[j]     0 <= i < rows, 0 <= j < width, 0 <= kk < depth
+// Every element is stored.  It runs fastest with rows <= width (the tile is 6
+// rows by 16 or 8 columns).
 template <typename T>
 void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<T>& b, int64_t depth, int64_t rows, int64_t width, T* c,
-                     int64_t ldc, bool transpose_c = false);
+                     int64_t ldc);
 
 }  // namespace headroom::cpu

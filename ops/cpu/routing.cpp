@@ -351,28 +351,42 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
 template <typename T>
 void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& dy, const int32_t* offsets,
                                 int64_t segments, int64_t in, int64_t out_features, T* dw) {
-  // dw[e]: [in, out] = x[seg e]ᵀ [in, rows] · dy[seg e] [rows, out], both
-  // reached through their token indices (indexed_gemm_tn) instead of copied
-  // whole for BLAS.  The kernel's tile runs along the narrower side (dw[e]ᵀ =
-  // dy[seg e]ᵀ · x[seg e] when in > out), and each segment's dw is two work
-  // items, halves of the wider side, so that eight experts of unequal loads
-  // keep two threads busy to the end.  MoA's W_o gradient: 825 -> 765 µs,
-  // W_q's: 810 -> 800 µs (2 threads, README).
-  const bool transposed = in > out_features;
-  const GroupedRows<T>&a = transposed ? dy : x, &b = transposed ? x : dy;
-  const int64_t rows = std::min(in, out_features), width = std::max(in, out_features);
+  // dw[e]: [in, out] = x[seg e]ᵀ [in, rows] · dy[seg e] [rows, out].
+  std::vector<int64_t> used;  // the segments with rows; a weight slice no row uses gets 0
+  for (int64_t e = 0; e < segments; ++e) {
+    if (offsets[e + 1] > offsets[e]) used.push_back(e);
+    else std::fill(dw + e * in * out_features, dw + (e + 1) * in * out_features, T(0));
+  }
+  if (in > out_features) {
+    // W_q's shape ([512, 64]): BLAS, one work item per segment, its gathered
+    // rows copied 256 at a time.  The indexed kernel would have to run its tile
+    // along `out` and store dw[e] transposed; on an idle host it was within 2%
+    // of BLAS, and with another guest streaming through memory BLAS ran
+    // 1.2-1.35x faster (README, fifth session).
+    auto rows_of = [offsets](int64_t e) { return offsets[e + 1] - offsets[e]; };
+    run_heaviest_first(std::move(used), rows_of, [&](int64_t e) {
+      for (int64_t first = offsets[e], rows; first < offsets[e + 1]; first += rows) {
+        rows = std::min(kGatherTile, offsets[e + 1] - first);
+        gemm(CblasTrans, CblasNoTrans, in, out_features, rows, tile_rows(x, first, rows, 0), x.width,
+             tile_rows(dy, first, rows, 1), dy.width, dw + e * in * out_features, out_features,
+             T(first > offsets[e] ? 1 : 0));
+      }
+    });
+    return;
+  }
+  // W_o's shape ([64, 512]): both operands reached through their token
+  // indices (indexed_gemm_tn) instead of copied for BLAS, which was 17% slower
+  // here on two threads.  Each segment's dw is two work items, halves of its
+  // columns, so that eight experts of unequal loads keep two threads busy to
+  // the end (MoA's W_o gradient: 825 -> 765 µs on 2 threads, README).
   struct Block {
-    int64_t segment, col0, cols;  // columns [col0, col0 + cols) of the kernel's [rows, width]
+    int64_t segment, col0, cols;  // columns [col0, col0 + cols) of dw[segment]
   };
   std::vector<Block> blocks;
-  for (int64_t e = 0; e < segments; ++e) {
-    if (offsets[e + 1] == offsets[e]) {  // a weight slice no row uses gets 0
-      std::fill(dw + e * in * out_features, dw + (e + 1) * in * out_features, T(0));
-      continue;
-    }
-    const int64_t half = (width / 2 + 15) / 16 * 16;  // on a whole tile of columns
-    if (half < width) blocks.insert(blocks.end(), {{e, 0, half}, {e, half, width - half}});
-    else blocks.push_back({e, 0, width});
+  for (int64_t e : used) {
+    const int64_t half = (out_features / 2 + 15) / 16 * 16;  // on a whole tile of columns
+    if (half < out_features) blocks.insert(blocks.end(), {{e, 0, half}, {e, half, out_features - half}});
+    else blocks.push_back({e, 0, out_features});
   }
   auto cost = [offsets](const Block& b) { return (offsets[b.segment + 1] - offsets[b.segment]) * b.cols; };
   run_heaviest_first(std::move(blocks), cost, [&](const Block& block) {
@@ -382,8 +396,8 @@ void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& d
       if (!g.order) return DepthRows<T>{g.data + first * g.width + col0, g.width};
       return DepthRows<T>{g.data + col0, g.width, token_rows(g, first, depth, slot)};
     };
-    T* c = dw + block.segment * in * out_features + (transposed ? block.col0 * out_features : block.col0);
-    indexed_gemm_tn(operand(a, 0, 0), operand(b, block.col0, 1), depth, rows, block.cols, c, out_features, transposed);
+    indexed_gemm_tn(operand(x, 0, 0), operand(dy, block.col0, 1), depth, in, block.cols,
+                    dw + block.segment * in * out_features + block.col0, out_features);
   });
 }
 
