@@ -10,7 +10,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
+
+#include "headroom/ops/cpu/parallel.h"
 
 namespace headroom::cpu {
 namespace {
@@ -205,17 +206,16 @@ void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<T>& b, int64_t depth
   // Read in place, the scattered rows are found in L1 only while nothing
   // evicts them: on a vCPU whose core another guest keeps busy, the kernel
   // ran 1.7x slower than on an idle one (BLAS on the same shapes: 1.0-1.15x).
-  thread_local std::vector<T> b_panel;  // kept across calls: no fresh pages per call
-  b_panel.resize(block_size * panel);
+  T* b_panel = thread_buffer<T>(2, block_size * panel);  // [block, panel]
   for (int64_t d0 = 0; d0 < depth; d0 += block_size) {
     const int64_t block = std::min(block_size, depth - d0);
     for (int64_t j0 = 0; j0 < whole; j0 += panel) {
       for (int64_t kk = 0; kk < block; ++kk) {
         const T* from = depth_row(b.data, b.ld, b.rows, d0 + kk) + j0;
-        std::copy(from, from + panel, b_panel.data() + kk * panel);
+        std::copy(from, from + panel, b_panel + kk * panel);
       }
       for (int64_t i0 = 0; i0 < rows; i0 += kTileRows)
-        depth_tile(a, b_panel.data(), d0, block, rows, i0, j0, c, ldc);
+        depth_tile(a, b_panel, d0, block, rows, i0, j0, c, ldc);
     }
   }
   if (whole < width) scalar_columns(whole);

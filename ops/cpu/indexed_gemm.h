@@ -44,7 +44,7 @@ struct DepthRows {
 // The weight gradient's product, aᵀ·b with both operands' rows reached through
 // indices: a's read in place, b's copied one panel (at most 512 rows by 16 or
 // 8 columns) at a time into a buffer of the calling thread.  BLAS would need
-// both copied whole first.
+// the rows of both copied first.
 //   c[i·ldc + j] = Σ_kk a_row(kk)[i] · b_row(kk)[j]     0 <= i < rows, 0 <= j < width, 0 <= kk < depth
 // Every element is stored.  It runs fastest with rows <= width (the tile is 6
 // rows by 16 or 8 columns).

@@ -8,6 +8,7 @@
 // ops on [N, E] tensors pays it dozens of times per step.
 // These helpers run small work as a plain loop on the calling thread instead.
 #include <cstdint>
+#include <vector>
 
 namespace headroom::cpu {
 
@@ -41,6 +42,19 @@ void parallel_for(int64_t n, bool parallel, const MakeScratch& make_scratch, con
 #pragma omp for
     for (int64_t i = 0; i < n; ++i) body(scratch, i);
   }
+}
+
+// A buffer of the calling thread that persists across calls (OpenMP keeps its
+// threads): a fresh multi-page block per call would cost a page fault per
+// 4 KiB, tens of microseconds each on our VMs (core/backend.cpp).  Slots are
+// independent buffers of one element type: the routing ops use 0 and 1 for
+// operands they hold at the same time, indexed_gemm_tn uses 2 for b's panel.
+template <typename T>
+T* thread_buffer(int slot, int64_t size) {
+  thread_local std::vector<T> buffers[3];
+  std::vector<T>& buffer = buffers[slot];
+  if (int64_t(buffer.size()) < size) buffer.resize(size);
+  return buffer.data();
 }
 
 }  // namespace headroom::cpu

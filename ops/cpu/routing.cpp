@@ -42,17 +42,6 @@ constexpr int64_t kGatherTile = 256;
 constexpr int64_t kTokenBlock = 256;
 constexpr int64_t kWholeSegment = std::numeric_limits<int64_t>::max();
 
-// A buffer of the calling thread that persists across calls (OpenMP keeps its
-// threads): a fresh multi-page block per call would cost a page fault per
-// 4 KiB, tens of microseconds each on our VMs (core/backend.cpp).
-template <typename T>
-T* thread_buffer(int slot, int64_t size) {
-  thread_local std::vector<T> buffers[2];
-  std::vector<T>& buffer = buffers[slot];
-  if (int64_t(buffer.size()) < size) buffer.resize(size);
-  return buffer.data();
-}
-
 // The token rows of grouped rows [first, first + rows) of x (x.order set),
 // order[r] / k, in the calling thread's i32 buffer `slot`.
 template <typename T>
