@@ -67,8 +67,7 @@ Tensor zeros_around(const Shape& shape, const Tensor& g, const SliceRegion& regi
 
 // whole's elements in `region` += g, in place: the rest is not touched.
 void add_to_region(const Tensor& whole, const Tensor& g, const SliceRegion& region) {
-  Tensor target = region_of(whole, region);
-  target.copy_(headroom::add(target, g));
+  headroom::add_(region_of(whole, region), g);
 }
 
 // sum (the gradient of a tensor of shape `shape`, undefined while none has

@@ -1,5 +1,6 @@
 #include "headroom/core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -7,6 +8,7 @@
 
 #include "headroom/autograd/grad_mode.h"
 #include "headroom/core/backend.h"
+#include "headroom/core/parallel.h"
 #include "headroom/core/rng.h"
 #include "headroom/cuda/copy.h"
 
@@ -41,6 +43,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  if (device.is_cpu()) return full(shape, 0.0, dtype, device);  // split between the threads when large
   Tensor t = empty(shape, dtype, device);
   backend(device).fill_zero(t.raw_data(), t.impl().storage->nbytes, device.index);
   return t;
@@ -52,13 +55,27 @@ Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
 
 namespace {
 
+// Fills and copies of at least this many elements are split between the
+// threads: autograd's zeros and copies of [N, d]-sized gradients, and cat,
+// ran on one thread while the other waited (an OpenMP region costs a few
+// microseconds; a copy of 32k floats, tens).
+constexpr int64_t kParallelCopy = 1 << 15;
+
+template <typename T>
+void fill_typed(T* ptr, int64_t n, T value) {
+  constexpr int64_t kChunk = 1 << 14;
+  cpu::parallel_for((n + kChunk - 1) / kChunk, n >= kParallelCopy, [&](int64_t i) {
+    std::fill(ptr + i * kChunk, ptr + std::min(n, (i + 1) * kChunk), value);
+  });
+}
+
 // Writes value (converted) into n contiguous elements of dtype at ptr.
 void fill_contiguous(void* ptr, DType dtype, int64_t n, double value) {
   switch (dtype) {
-    case DType::f32: std::fill_n(static_cast<float*>(ptr), n, static_cast<float>(value)); break;
-    case DType::f64: std::fill_n(static_cast<double*>(ptr), n, value); break;
-    case DType::i32: std::fill_n(static_cast<int32_t*>(ptr), n, static_cast<int32_t>(value)); break;
-    case DType::b8: std::fill_n(static_cast<uint8_t*>(ptr), n, value != 0 ? 1 : 0); break;
+    case DType::f32: return fill_typed(static_cast<float*>(ptr), n, static_cast<float>(value));
+    case DType::f64: return fill_typed(static_cast<double*>(ptr), n, value);
+    case DType::i32: return fill_typed(static_cast<int32_t*>(ptr), n, static_cast<int32_t>(value));
+    case DType::b8: return fill_typed(static_cast<uint8_t*>(ptr), n, uint8_t(value != 0 ? 1 : 0));
   }
 }
 
@@ -285,10 +302,11 @@ void copy_typed(const Tensor& src, const Strides& src_strides,
                 const Tensor& dst) {
   const S* s = static_cast<const S*>(src.impl_shared()->storage->data);
   D* d = static_cast<D*>(dst.impl_shared()->storage->data);
+  const int64_t n = dst.numel();
   if (src.is_contiguous() && dst.is_contiguous() && src.shape() == dst.shape()) {
     const S* sp = s + src.offset();
     D* dp = d + dst.offset();
-    for (int64_t i = 0, n = dst.numel(); i < n; ++i) dp[i] = static_cast<D>(sp[i]);
+    cpu::parallel_for(n, n >= kParallelCopy, [&](int64_t i) { dp[i] = static_cast<D>(sp[i]); });
     return;
   }
   if (dst.dim() == 0) {
@@ -297,12 +315,16 @@ void copy_typed(const Tensor& src, const Strides& src_strides,
   }
   // Walk dst row by row (a row: its last dimension), src with its broadcast
   // strides in step; a row that is contiguous on both sides (a head split or
-  // merge moves d_h-long runs) is a plain loop the compiler vectorises.
+  // merge moves d_h-long runs) is a plain loop the compiler vectorises.  The
+  // threads take whole slices of the first dimension.
   const int last = dst.dim() - 1;
   const int64_t cols = dst.size(last), d_step = dst.stride(last), s_step = src_strides[last];
-  const Shape rows(dst.shape().begin(), dst.shape().end() - 1);
-  const Strides d_rows(dst.strides().begin(), dst.strides().end() - 1), s_rows(src_strides.begin(), src_strides.end() - 1);
-  for_each_offset2(rows, d_rows, dst.offset(), s_rows, src.offset(), [&](int64_t d_off, int64_t s_off) {
+  const int64_t slices = last > 0 ? dst.size(0) : 1;
+  const Shape rows(dst.shape().begin() + (last > 0), dst.shape().end() - 1);  // rows of one slice
+  const Strides d_rows(dst.strides().begin() + (last > 0), dst.strides().end() - 1);
+  const Strides s_rows(src_strides.begin() + (last > 0), src_strides.end() - 1);
+  const int64_t d_slice = last > 0 ? dst.stride(0) : 0, s_slice = last > 0 ? src_strides[0] : 0;
+  auto copy_row = [&](int64_t d_off, int64_t s_off) {
     D* to = d + d_off;
     const S* from = s + s_off;
     if (d_step == 1 && s_step == 1) {
@@ -310,6 +332,9 @@ void copy_typed(const Tensor& src, const Strides& src_strides,
     } else {
       for (int64_t c = 0; c < cols; ++c) to[c * d_step] = static_cast<D>(from[c * s_step]);
     }
+  };
+  cpu::parallel_for(slices, n >= kParallelCopy, [&](int64_t i) {
+    for_each_offset2(rows, d_rows, dst.offset() + i * d_slice, s_rows, src.offset() + i * s_slice, copy_row);
   });
 }
 

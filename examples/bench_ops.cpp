@@ -183,7 +183,7 @@ void bench_dispatch(const Options& options) {
   }, [&, t = Tensor::ones({4})] { sink = make_view(t, {2, 2}, {2, 1}, 0); });
 
   // add of two [4] tensors vs the loop it runs (small elementwise work stays
-  // off the OpenMP team: ops/cpu/parallel.h).
+  // off the OpenMP team: core/parallel.h).
   float lhs[4] = {1, 2, 3, 4}, rhs[4] = {4, 3, 2, 1}, sums[4];
   overhead_rows(table, options, "add [4]+[4]", "4 adds", [&](bool grad) {
     Tensor a = Tensor::ones({4}).set_requires_grad(grad), b = Tensor::ones({4});

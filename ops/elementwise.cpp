@@ -104,16 +104,21 @@ Tensor sub(const Tensor& a, const Tensor& b) { return binary_op("sub", cpu::Bina
 Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", cpu::BinaryOp::mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", cpu::BinaryOp::div, a, b); }
 Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", cpu::BinaryOp::pow, a, b); }
+// target may be a strided view (autograd adds a slice's gradient into its
+// place in the whole), but not an expanded one, whose elements share memory.
 void add_(const Tensor& target, const Tensor& other) {
   check_pair("add_", target, other);
-  HEADROOM_CHECK(target.shape() == other.shape() && target.is_contiguous(), "[add_] expected a contiguous target "
-                 "and an addend of the same shape, got ", shape_str(target.shape()),
-                 target.is_contiguous() ? "" : " (strided)", " and ", shape_str(other.shape()));
+  HEADROOM_CHECK(target.shape() == other.shape(), "[add_] expected an addend of the target's shape, got ",
+                 shape_str(target.shape()), " and ", shape_str(other.shape()));
+  for (int d = 0; d < target.dim(); ++d)
+    HEADROOM_CHECK(target.stride(d) != 0 || target.size(d) == 1, "[add_] target of shape ",
+                   shape_str(target.shape()), " is expanded (stride 0 in dimension ", d, "); use add");
   check_inplace_allowed("add_", target);
   check_floating("add_", target);
   // Element i reads target[i] before writing it, so the aliasing is safe.
-  if (target.device().is_cuda()) cuda::elementwise_kernels().binary(cpu::BinaryOp::add, target, other, target);
-  else cpu::binary(cpu::BinaryOp::add, target, other, target);
+  if (target.device().is_cpu()) cpu::binary(cpu::BinaryOp::add, target, other, target);
+  else if (target.is_contiguous()) cuda::elementwise_kernels().binary(cpu::BinaryOp::add, target, other, target);
+  else Tensor(target).copy_(add(target, other));  // the CUDA kernels write contiguous outputs only
   target.bump_version();
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {

@@ -342,10 +342,24 @@ TEST_CASE("add_ adds in place, bumps the version and refuses what add() would no
     CHECK(target.version() == version + 1);
     CHECK(target.to_vector<double>() == expected);
   }
+  // A strided target (autograd adds a slice's gradient into its columns):
+  // only the view's elements change, on both sides of the threads' threshold.
+  for (int64_t rows : {4, 1024}) {
+    Tensor whole = Tensor::randn({rows, 136}, gen), addend = Tensor::randn({rows, 64}, gen);
+    std::vector<float> expected = whole.to_vector<float>(), part = addend.to_vector<float>();
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < 64; ++j) expected[i * 136 + 8 + j] += part[i * 64 + j];
+    add_(whole.narrow(1, 8, 64), addend);
+    CHECK(whole.to_vector<float>() == expected);
+  }
   Tensor t = Tensor::ones({2, 3});
-  CHECK_THROWS_HEADROOM(add_(t, Tensor::ones({3})), "[add_] expected a contiguous target and an addend of the same "
-                        "shape, got (2,3) and (3)");
-  CHECK_THROWS_HEADROOM(add_(t.t(), Tensor::ones({3, 2})), "(3,2) (strided) and (3,2)");
+  add_(t.t(), Tensor::arange(6).view({3, 2}));  // target [3, 2] with strides (1, 3)
+  CHECK(t.to_vector<float>() == std::vector<float>{1, 3, 5, 2, 4, 6});
+  t.fill_(1);
+  CHECK_THROWS_HEADROOM(add_(t, Tensor::ones({3})), "[add_] expected an addend of the target's shape, got (2,3) "
+                        "and (3)");
+  CHECK_THROWS_HEADROOM(add_(Tensor::ones({1, 3}).expand({2, 3}), t),
+                        "[add_] target of shape (2,3) is expanded (stride 0 in dimension 0); use add");
   CHECK_THROWS_HEADROOM(add_(t, Tensor::ones({2, 3}, DType::f64)), "[add_] dtypes differ: f32 and f64");
   Tensor leaf = Tensor::ones({2, 3}).set_requires_grad();
   CHECK_THROWS_HEADROOM(add_(leaf, t), "[add_] in-place write to a tensor that requires grad");

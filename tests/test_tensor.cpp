@@ -168,6 +168,25 @@ std::vector<double> read_through_strides(const std::vector<double>& flat, const 
 }
 }  // namespace
 
+TEST_CASE("copies and fills large enough to be split between the threads match a naive walk") {
+  const int previous = num_threads();
+  set_num_threads(2);  // the split runs on any host
+  Generator gen(8);
+  Tensor base = Tensor::randn({3, 130, 140}, gen, DType::f64);  // 54600 elements, above the threshold
+  const std::vector<double> flat = base.to_vector<double>();
+  for (const Tensor& view : {base.permute({2, 0, 1}), base.narrow(2, 8, 128), base.narrow(0, 1, 1).expand({3, 130, 140}),
+                             base.view({3 * 130 * 140})}) {
+    CAPTURE(shape_str(view.shape()));
+    CHECK(view.contiguous().to_vector<double>() == read_through_strides(flat, view));
+    CHECK(view.clone().to_vector<double>() == read_through_strides(flat, view));
+  }
+  for (int64_t n : {int64_t(1) << 15, int64_t(50001)}) {  // a whole number of fill chunks, and a partial last one
+    CHECK(Tensor::zeros({n}).to_vector<float>() == std::vector<float>(n, 0.f));
+    CHECK(Tensor::full({n}, 3, DType::i32).to_vector<int32_t>() == std::vector<int32_t>(n, 3));
+  }
+  set_num_threads(previous);
+}
+
 TEST_CASE("copies of strided views match a naive index walk: permutes, steps, broadcasts, casts, 0-d") {
   Generator gen(7);
   Tensor base = Tensor::randn({3, 4, 5, 6}, gen, DType::f64);

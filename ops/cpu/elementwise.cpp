@@ -8,7 +8,7 @@
 #include <tuple>
 #include <utility>
 
-#include "headroom/ops/cpu/parallel.h"
+#include "headroom/core/parallel.h"
 #include "headroom/ops/elementwise_math.h"
 
 namespace headroom::cpu {
@@ -41,10 +41,12 @@ int64_t row_offset(int64_t row, const Shape& shape, const Strides& strides) {
 }
 
 // The broadcast loop: out[i] = fn(in_0[i], in_1[i], ...) over out's shape.
-// out is contiguous; the inputs are read through their broadcast strides.
-//   Fast path: each input is contiguous with out's shape (step 1 through the
-//   flat index) or a single element (step 0), so the loop is one flat index.
-//   General path: rows along the last dimension; each row finds its inputs'
+// The inputs are read through their broadcast strides; out may be strided
+// too (add_ into a slice of a gradient, autograd's slice accumulation).
+//   Fast path: out is contiguous and each input is contiguous with out's shape
+//   (step 1 through the flat index) or a single element (step 0), so the loop
+//   is one flat index.
+//   General path: rows along the last dimension; each row finds its operands'
 //   start offsets from its index, so rows are independent work for threads.
 template <typename Out, typename... In, typename Fn, size_t... K>
 void map_impl(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>& in,
@@ -54,7 +56,8 @@ void map_impl(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>&
   const std::tuple<const In*...> base{in[K].template data<In>()...};
   const Shape& shape = out.shape();
   const int64_t n = out.numel();
-  const bool flat = ((in[K].numel() == 1 || (in[K].shape() == shape && in[K].is_contiguous())) && ...);
+  const bool flat =
+      out.is_contiguous() && ((in[K].numel() == 1 || (in[K].shape() == shape && in[K].is_contiguous())) && ...);
   if (flat) {
     const std::array<int64_t, N> step{(in[K].numel() == 1 ? 0 : 1)...};
     parallel_for(n, n >= kParallelMin, [&](int64_t i) { o[i] = fn(std::get<K>(base)[i * step[K]]...); });
@@ -63,13 +66,13 @@ void map_impl(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>&
   // Here out has at least one dimension: 0-d inputs and outputs take the fast path.
   const std::array<Strides, N> strides{broadcast_strides(in[K], shape)...};
   const std::array<int64_t, N> col_stride{strides[K].back()...};
-  const int64_t cols = shape.back();
+  const int64_t cols = shape.back(), out_step = out.strides().back();
   const int64_t rows = cols == 0 ? 0 : n / cols;
   parallel_for(rows, n >= kParallelMin, [&](int64_t r) {
     const std::array<int64_t, N> start{row_offset(r, shape, strides[K])...};
-    Out* out_row = o + r * cols;
+    Out* out_row = o + row_offset(r, shape, out.strides());
     for (int64_t c = 0; c < cols; ++c)
-      out_row[c] = fn(std::get<K>(base)[start[K] + c * col_stride[K]]...);
+      out_row[c * out_step] = fn(std::get<K>(base)[start[K] + c * col_stride[K]]...);
   });
 }
 

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "headroom/ops/cpu/parallel.h"
+#include "headroom/core/parallel.h"
 
 namespace headroom::cpu {
 namespace {

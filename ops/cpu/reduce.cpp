@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "headroom/ops/cpu/parallel.h"
+#include "headroom/core/parallel.h"
 #include "headroom/ops/cpu/vector_math.h"
 
 namespace headroom::cpu {
