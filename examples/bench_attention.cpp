@@ -181,23 +181,31 @@ std::function<void()> pass(Attention& layer, const Tensor& x, const Tensor& dout
   };
 }
 
-// The machine's state while a table is measured (performance guide §4): the
-// rate of a dense SGEMM of MHA's projection shape and the bandwidth of an
-// in-place add over arrays larger than the last-level cache, at the run's
-// thread count.  A busy neighbour shows here as well as in the ratios.
+// The machine's state while a table is measured (performance guide §4), at
+// the run's thread count: the rate of a dense SGEMM of MHA's projection shape,
+// the rate of one of MoA's expert-product shape (depth 64: a quarter of the
+// multiply-adds per byte of output), and the bandwidth of an in-place add over
+// arrays larger than the last-level cache.  Each is run twice untimed first:
+// the first anchor of a run used to catch the thread pool starting.
 std::string anchors(Device device) {
   if (!device.is_cpu()) return "";
   Generator gen(1);
   Tensor a = Tensor::randn({1024, 512}, gen), b = Tensor::randn({512, 512}, gen);
+  Tensor heads = Tensor::randn({2048, 64}, gen), w_o = Tensor::randn({64, 512}, gen);
   Tensor x = Tensor::zeros({16 << 20}), y = Tensor::ones({16 << 20});  // 64 MiB each
   NoGradGuard no_grad;
   auto gemm = [&] { matmul(a, b); };
+  auto thin_gemm = [&] { matmul(heads, w_o); };
   auto add = [&] { add_(x, y); };
-  std::vector<double> gemm_ms, add_ms;
-  for (int i = 0; i < 12; ++i) gemm_ms.push_back(time_ms(gemm, 1)), add_ms.push_back(time_ms(add, 1));
+  std::vector<double> gemm_ms, thin_ms, add_ms;
+  for (int i = 0; i < 2; ++i) gemm(), thin_gemm(), add();
+  for (int i = 0; i < 12; ++i)
+    gemm_ms.push_back(time_ms(gemm, 1)), thin_ms.push_back(time_ms(thin_gemm, 1)), add_ms.push_back(time_ms(add, 1));
   const double gflops = 2.0 * 1024 * 512 * 512 / (median(gemm_ms) * 1e6);
+  const double thin_gflops = 2.0 * 2048 * 64 * 512 / (median(thin_ms) * 1e6);
   const double gbytes = 3.0 * double(x.numel()) * sizeof(float) / (median(add_ms) * 1e6);  // 2 reads, 1 write
-  return format("SGEMM 1024x512x512 %.0f GFLOP/s", gflops) + format(", x += y over 64 MiB %.1f GB/s", gbytes);
+  return format("SGEMM 1024x512x512 %.0f GFLOP/s", gflops) + format(", 2048x64x512 %.0f", thin_gflops) +
+         format(" (%.2f of it)", thin_gflops / gflops) + format(", x += y over 64 MiB %.1f GB/s", gbytes);
 }
 
 size_t peak_bytes(const std::function<void()>& fn, Device device) {
