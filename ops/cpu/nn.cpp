@@ -7,8 +7,8 @@
 #include <cmath>
 #include <limits>
 
-#include "headroom/core/rng.h"
 #include "headroom/core/parallel.h"
+#include "headroom/core/rng.h"
 #include "headroom/ops/cpu/vector_math.h"
 
 namespace headroom::cpu {

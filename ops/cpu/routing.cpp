@@ -10,9 +10,9 @@
 #include <numeric>
 #include <vector>
 
+#include "headroom/core/parallel.h"
 #include "headroom/core/threading.h"
 #include "headroom/ops/cpu/indexed_gemm.h"
-#include "headroom/core/parallel.h"
 
 namespace headroom::cpu {
 namespace {
