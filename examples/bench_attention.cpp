@@ -2,7 +2,8 @@
 // dense MHA at the same shape, forward and forward+backward, timed side by
 // side in one process (performance guide §2 Suite A, §4).
 //
-//   bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--device D] [--tf32] [--smoke]
+//   bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--device D] [--tf32]
+//                   [--by-host-state N] [--smoke]
 //
 // d = 512, h = 8 (d_h = 64), causal self-attention, f32.  Each row reports
 // t(method) / t(MHA) beside the FLOP bound f = MACs(method) / MACs(MHA) from
@@ -13,6 +14,7 @@
 // with their interquartile ranges and the median of the per-pair ratios, and
 // the machine's state (an SGEMM rate and a memory bandwidth) measured before
 // and after each table, since the host's neighbours move all of these.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -38,16 +40,20 @@ struct Options {
   std::string device = "cpu";
   bool tf32 = false;
   bool smoke = false;
+  int host_rounds = 0;  // --by-host-state N: η by quarter of MHA's time over N rounds (0: off)
 };
 
 const char* kUsage =
-    "usage: bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--smoke]\n"
+    "usage: bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--device D] [--tf32]\n"
+    "                       [--by-host-state N] [--smoke]\n"
     "  --threads N  CPU threads (default: HEADROOM_NUM_THREADS or the core count)\n"
     "  --iters N    timed pairs per measurement (default 20)\n"
     "  --batch B    sequences per batch (default 4)\n"
     "  --seq LIST   sequence lengths, comma separated (default 256,1024)\n"
     "  --device D   cpu, cuda or cuda:N (default cpu)\n"
     "  --tf32       CUDA: TF32 tensor-core matmuls\n"
+    "  --by-host-state N  also N rounds of each layer's and MHA's forward+backward, η by quarter\n"
+    "               of MHA's time (how the saving moves with a shared host's load)\n"
     "  --smoke      tiny shapes, one iteration (CI)\n";
 
 Options parse(int argc, char** argv) {
@@ -72,6 +78,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--iters") o.iters = std::stoi(value);
     else if (flag == "--batch") o.batch = std::stoll(value);
     else if (flag == "--device") o.device = value;
+    else if (flag == "--by-host-state") o.host_rounds = std::stoi(value);
     else if (flag == "--seq") {
       o.seqs.clear();
       for (size_t at = 0; at < value.size();) {
@@ -81,7 +88,7 @@ Options parse(int argc, char** argv) {
       }
     } else HEADROOM_FAIL("[bench_attention] unknown flag ", flag);
   }
-  if (o.smoke) o.iters = 1, o.batch = 1, o.seqs = {32};
+  if (o.smoke) o.iters = 1, o.batch = 1, o.seqs = {32}, o.host_rounds = std::min(o.host_rounds, 4);
   return o;
 }
 
@@ -208,6 +215,42 @@ std::string anchors(Device device) {
          format(" (%.2f of it)", thin_gflops / gflops) + format(", x += y over 64 MiB %.1f GB/s", gbytes);
 }
 
+// η by the host's state: `rounds` rounds of a layer's and MHA's forward+backward
+// (alternating which goes first), sorted by MHA's time and cut into quarters.
+// On a shared host MHA's own time says how busy the host was; the median
+// ratio in each quarter shows how much of the saving a layer keeps as the
+// load grows (README, Performance: the small MoA layer loses most).
+void print_by_host_state(int rounds, const std::vector<Candidate>& list, Attention& mha, const Tensor& x,
+                         const Tensor& dout, int64_t T) {
+  Table table("η by the host's state, T=" + std::to_string(T) + ": " + std::to_string(rounds) +
+                  " rounds of forward+backward, in quarters by MHA's time",
+              {"layer", "quarter", "MHA ms", "median ratio", "η = f / ratio"});
+  const char* quarters[] = {"quickest", "second", "third", "slowest"};
+  const double mha_macs = double(mha.macs(T, T, true));
+  for (const Candidate& c : list) {
+    auto layer = pass(*c.layer, x, dout, true), dense = pass(mha, x, dout, true);
+    std::vector<std::pair<double, double>> by_mha;  // (MHA ms, layer ms / MHA ms)
+    for (int i = 0; i < rounds; ++i) {
+      double layer_ms, mha_ms;
+      if (i % 2 == 0) layer_ms = time_ms(layer, 1), mha_ms = time_ms(dense, 1);
+      else mha_ms = time_ms(dense, 1), layer_ms = time_ms(layer, 1);
+      by_mha.push_back({mha_ms, layer_ms / mha_ms});
+    }
+    std::sort(by_mha.begin(), by_mha.end());
+    const double bound = double(c.layer->macs(T, T, true)) / mha_macs;
+    for (size_t q = 0; q < 4; ++q) {
+      const size_t first = by_mha.size() * q / 4, end = by_mha.size() * (q + 1) / 4;
+      if (first == end) continue;
+      std::vector<double> ratios;
+      for (size_t r = first; r < end; ++r) ratios.push_back(by_mha[r].second);
+      const double ratio = median(ratios);
+      table.row({c.name, quarters[q], format("%.1f", by_mha[first].first) + "–" + format("%.1f", by_mha[end - 1].first),
+                 format("%.3f", ratio), format("%.2f", bound / ratio)});
+    }
+  }
+  table.print();
+}
+
 size_t peak_bytes(const std::function<void()>& fn, Device device) {
   Backend& memory = backend(device);
   size_t base = memory.memory_stats().active_bytes;
@@ -268,6 +311,7 @@ void run(const Options& o, Device device) {
     table.print();
     if (device.is_cpu())
       std::printf("\nMachine state (anchors) before: %s; after: %s\n", anchors_before.c_str(), anchors(device).c_str());
+    if (o.host_rounds > 0) print_by_host_state(o.host_rounds, list, mha, x, dout, T);
   }
 }
 
