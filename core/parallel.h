@@ -7,6 +7,7 @@
 // 0.29 µs without (bench_ops --only dispatch).  A layer that runs a router's
 // ops on [N, E] tensors pays it dozens of times per step.
 // These helpers run small work as a plain loop on the calling thread instead.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -22,6 +23,15 @@ void parallel_for(int64_t n, bool parallel, const Body& body) {
   }
 #pragma omp parallel for
   for (int64_t i = 0; i < n; ++i) body(i);
+}
+
+// body(begin, end) over [0, n) in chunks of `chunk` elements, the chunks split
+// over the threads when `parallel`: fills and copies keep a plain std::fill or
+// memset per chunk.
+template <typename Body>
+void parallel_chunks(int64_t n, int64_t chunk, bool parallel, const Body& body) {
+  parallel_for((n + chunk - 1) / chunk, parallel,
+               [&](int64_t i) { body(i * chunk, std::min(n, (i + 1) * chunk)); });
 }
 
 // The same with per-thread scratch: each thread makes its own with

@@ -43,7 +43,6 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
-  if (device.is_cpu()) return full(shape, 0.0, dtype, device);  // split between the threads when large
   Tensor t = empty(shape, dtype, device);
   backend(device).fill_zero(t.raw_data(), t.impl().storage->nbytes, device.index);
   return t;
@@ -56,17 +55,15 @@ Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
 namespace {
 
 // Fills and copies of at least this many elements are split between the
-// threads: autograd's zeros and copies of [N, d]-sized gradients, and cat,
-// ran on one thread while the other waited (an OpenMP region costs a few
-// microseconds; a copy of 32k floats, tens).
+// threads: autograd's copies of [N, d]-sized gradients, and cat, ran on one
+// thread while the other waited (an OpenMP region costs a few microseconds; a
+// copy of 32k floats, tens).  Zeros are the backend's fill_zero, split alike.
 constexpr int64_t kParallelCopy = 1 << 15;
 
 template <typename T>
 void fill_typed(T* ptr, int64_t n, T value) {
-  constexpr int64_t kChunk = 1 << 14;
-  cpu::parallel_for((n + kChunk - 1) / kChunk, n >= kParallelCopy, [&](int64_t i) {
-    std::fill(ptr + i * kChunk, ptr + std::min(n, (i + 1) * kChunk), value);
-  });
+  cpu::parallel_chunks(n, int64_t(1) << 14, n >= kParallelCopy,
+                       [&](int64_t begin, int64_t end) { std::fill(ptr + begin, ptr + end, value); });
 }
 
 // Writes value (converted) into n contiguous elements of dtype at ptr.

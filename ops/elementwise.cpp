@@ -118,7 +118,7 @@ void add_(const Tensor& target, const Tensor& other) {
   // Element i reads target[i] before writing it, so the aliasing is safe.
   if (target.device().is_cpu()) cpu::binary(cpu::BinaryOp::add, target, other, target);
   else if (target.is_contiguous()) cuda::elementwise_kernels().binary(cpu::BinaryOp::add, target, other, target);
-  else Tensor(target).copy_(add(target, other));  // the CUDA kernels write contiguous outputs only
+  else copy_elements(add(target, other), target);  // the CUDA kernels write contiguous outputs only
   target.bump_version();
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
