@@ -172,10 +172,19 @@ void indexed_gemm(const IndexedRows<T>& rows_of, int64_t rows, const T* b, int64
   }
   constexpr int64_t panel = 2 * kLanes<T>;
   const int64_t whole = width - width % panel;
-  // Panel by panel, so b's columns [j0, j0 + panel) stay in L1 for all rows.
-  for (int64_t j0 = 0; j0 < whole; j0 += panel)
+  // Contiguous result rows: panel by panel, so that b's columns [j0, j0 +
+  // panel) stay in L1 for all rows.  Scattered result rows (W_o's gated
+  // scatter): row tile by row tile, each across all its panels, so that a c
+  // row's cache lines are reached in order and the prefetcher fetches them
+  // ahead; b is then read from L2.  Panel by panel, each c row was reached a
+  // line at a time, each line a miss of its own: with cold caches on a busy
+  // host MoA's scatter ran up to 1.2-1.3x slower than row by row, and no
+  // faster on a quiet one (docs/performance-history.md, seventh session).
+  const int64_t columns_per_pass = rows_of.c_rows ? whole : panel;
+  for (int64_t g0 = 0; g0 < whole; g0 += columns_per_pass)
     for (int64_t i0 = 0; i0 < rows; i0 += kTileRows)
-      row_tile(rows_of, i0, std::min(kTileRows, rows - i0), b, depth, width, j0);
+      for (int64_t j0 = g0; j0 < g0 + columns_per_pass; j0 += panel)
+        row_tile(rows_of, i0, std::min(kTileRows, rows - i0), b, depth, width, j0);
   if (whole < width) tail_columns(rows_of, rows, b, depth, width, whole);
 }
 
