@@ -1,6 +1,7 @@
 // The indexed-row GEMMs of the routing ops (see the header).  One register
 // tile: 6 result rows by 2 vector registers of columns, with b's panel of
-// those columns reused by every row tile, as a BLAS micro-kernel does.
+// those columns reused by every row tile, as a BLAS micro-kernel does (except
+// where the result rows are scattered: see indexed_gemm).
 // indexed_gemm reads a row by row (a product's rows), indexed_gemm_tn column
 // by column (a weight gradient's aᵀ), copying each of b's panels first.  At
 // MoA's shapes (depth 64 or 512, ~64-256 rows per expert and tile)
