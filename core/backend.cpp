@@ -71,11 +71,12 @@ class CpuBackend final : public Backend {
   void copy_to_host(void* dst, const void* src, size_t n, int) override { if (n) std::memcpy(dst, src, n); }
   void copy_from_host(void* dst, const void* src, size_t n, int) override { if (n) std::memcpy(dst, src, n); }
   void copy_within(void* dst, const void* src, size_t n, int) override { if (n) std::memmove(dst, src, n); }
-  // Blocks of 128 KiB and more are split between the threads: autograd zeroes
-  // whole [N, d]-sized gradients, and one thread's memset left the other idle.
+  // Blocks of kParallelMin floats (128 KiB) and more are split between the
+  // threads: autograd zeroes whole [N, d]-sized gradients, and one thread's
+  // memset left the other idle.
   void fill_zero(void* dst, size_t n, int) override {
     char* bytes = static_cast<char*>(dst);
-    cpu::parallel_chunks(int64_t(n), int64_t(64) << 10, n >= (size_t(128) << 10),
+    cpu::parallel_chunks(int64_t(n), int64_t(64) << 10, n >= cpu::kParallelMin * sizeof(float),
                          [&](int64_t begin, int64_t end) { std::memset(bytes + begin, 0, size_t(end - begin)); });
   }
   void synchronize(int) override {}

@@ -13,6 +13,12 @@
 
 namespace headroom::cpu {
 
+// Element-wise loops, reductions, fills and copies over fewer elements than
+// this stay on one thread: a region costs a few microseconds, a pass over 32k
+// floats tens (autograd's copies of [N, d]-sized gradients, and cat, had run on
+// one thread while the other waited).
+constexpr int64_t kParallelMin = 1 << 15;
+
 // body(i) for i in [0, n): split over the threads (static schedule) when
 // `parallel`, else a plain loop.
 template <typename Body>

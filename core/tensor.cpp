@@ -54,15 +54,9 @@ Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
 
 namespace {
 
-// Fills and copies of at least this many elements are split between the
-// threads: autograd's copies of [N, d]-sized gradients, and cat, ran on one
-// thread while the other waited (an OpenMP region costs a few microseconds; a
-// copy of 32k floats, tens).  Zeros are the backend's fill_zero, split alike.
-constexpr int64_t kParallelCopy = 1 << 15;
-
 template <typename T>
 void fill_typed(T* ptr, int64_t n, T value) {
-  cpu::parallel_chunks(n, int64_t(1) << 14, n >= kParallelCopy,
+  cpu::parallel_chunks(n, int64_t(1) << 14, n >= cpu::kParallelMin,
                        [&](int64_t begin, int64_t end) { std::fill(ptr + begin, ptr + end, value); });
 }
 
@@ -303,7 +297,7 @@ void copy_typed(const Tensor& src, const Strides& src_strides,
   if (src.is_contiguous() && dst.is_contiguous() && src.shape() == dst.shape()) {
     const S* sp = s + src.offset();
     D* dp = d + dst.offset();
-    cpu::parallel_for(n, n >= kParallelCopy, [&](int64_t i) { dp[i] = static_cast<D>(sp[i]); });
+    cpu::parallel_for(n, n >= cpu::kParallelMin, [&](int64_t i) { dp[i] = static_cast<D>(sp[i]); });
     return;
   }
   if (dst.dim() == 0) {
@@ -330,7 +324,7 @@ void copy_typed(const Tensor& src, const Strides& src_strides,
       for (int64_t c = 0; c < cols; ++c) to[c * d_step] = static_cast<D>(from[c * s_step]);
     }
   };
-  cpu::parallel_for(slices, n >= kParallelCopy, [&](int64_t i) {
+  cpu::parallel_for(slices, n >= cpu::kParallelMin, [&](int64_t i) {
     for_each_offset2(rows, d_rows, dst.offset() + i * d_slice, s_rows, src.offset() + i * s_slice, copy_row);
   });
 }

@@ -18,9 +18,6 @@ using elementwise::with_binary;
 using elementwise::with_compare;
 using elementwise::with_unary;
 
-// Loops over fewer elements stay on one thread: starting a team costs more.
-constexpr int64_t kParallelMin = 1 << 15;
-
 // t's strides seen from `shape` (t broadcast to it): 0 on new and size-1 dimensions.
 Strides broadcast_strides(const Tensor& t, const Shape& shape) {
   Strides strides(shape.size(), 0);

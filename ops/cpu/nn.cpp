@@ -15,9 +15,6 @@ namespace headroom::cpu {
 
 namespace {
 
-// Below this many elements a parallel region costs more than it saves.
-constexpr int64_t kParallelMin = 1 << 15;
-
 template <typename T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 

@@ -12,9 +12,6 @@
 namespace headroom::cpu {
 namespace {
 
-// Loops over fewer elements stay on one thread: starting a team costs more.
-constexpr int64_t kParallelMin = 1 << 15;
-
 // The one reduction loop.  Output j = (o, i) reduces x[o, 0..n-1, i]:
 // acc.init() starts a state, acc.step(state, value, r) folds element r in,
 // acc.store(j, state) writes the output.  Outputs are independent: threads
