@@ -4,18 +4,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/autograd/node.h"
-#include "headroom/ops/elementwise.h"
 
 namespace headroom::autograd {
-
-namespace {
-thread_local bool grad_mode = true;
-}
-
-bool grad_enabled() { return grad_mode; }
-void set_grad_enabled(bool enabled) { grad_mode = enabled; }
 
 void Saved::check_versions(const std::string& op) const {
   for (const Item& item : items_) {
@@ -36,7 +28,7 @@ bool sole_owner(const Tensor& g) {
          impl->storage->nbytes == size_t(g.numel()) * dtype_size(g.dtype());
 }
 
-// The add runs on the gradients' device.
+// The sum runs on the gradients' device (Backend::accumulate).
 void accumulate(Tensor& sum, Tensor g) {
   if (!sum.defined()) {
     sum = std::move(g);
@@ -45,8 +37,8 @@ void accumulate(Tensor& sum, Tensor g) {
   HEADROOM_CHECK(sum.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ",
                  shape_str(g.shape()), " into one of shape ", shape_str(sum.shape()));
   if (g.dtype() != sum.dtype()) g = g.to(sum.dtype());
-  if (sole_owner(sum)) headroom::add_(sum, g);
-  else sum = headroom::add(sum, g);
+  if (!sole_owner(sum)) sum = sum.clone();
+  accumulate_elements(g, sum);
 }
 
 // The elements of `full` that `region` names, and their shape.
@@ -67,7 +59,7 @@ Tensor zeros_around(const Shape& shape, const Tensor& g, const SliceRegion& regi
 
 // whole's elements in `region` += g, in place: the rest is not touched.
 void add_to_region(const Tensor& whole, const Tensor& g, const SliceRegion& region) {
-  headroom::add_(region_of(whole, region), g);
+  accumulate_elements(g, region_of(whole, region));
 }
 
 // sum (the gradient of a tensor of shape `shape`, undefined while none has
@@ -182,7 +174,7 @@ void accumulate_leaf(TensorImpl& leaf, InputGrad input_grad) {
   Tensor current(leaf.grad);
   HEADROOM_CHECK(current.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ",
                  shape_str(g.shape()), " into a leaf of shape ", shape_str(current.shape()));
-  headroom::add_(current, g);
+  accumulate_elements(g, current);
 }
 
 void release(Node& node) {

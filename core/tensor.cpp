@@ -6,13 +6,20 @@
 #include <iomanip>
 #include <sstream>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/core/backend.h"
 #include "headroom/core/parallel.h"
 #include "headroom/core/rng.h"
-#include "headroom/cuda/copy.h"
 
 namespace headroom {
+
+namespace autograd {
+namespace {
+thread_local bool grad_mode = true;
+}
+bool grad_enabled() { return grad_mode; }
+void set_grad_enabled(bool enabled) { grad_mode = enabled; }
+}  // namespace autograd
 
 // ---- storage ----------------------------------------------------------------
 
@@ -54,22 +61,6 @@ Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
 
 namespace {
 
-template <typename T>
-void fill_typed(T* ptr, int64_t n, T value) {
-  cpu::parallel_chunks(n, int64_t(1) << 14, n >= cpu::kParallelMin,
-                       [&](int64_t begin, int64_t end) { std::fill(ptr + begin, ptr + end, value); });
-}
-
-// Writes value (converted) into n contiguous elements of dtype at ptr.
-void fill_contiguous(void* ptr, DType dtype, int64_t n, double value) {
-  switch (dtype) {
-    case DType::f32: return fill_typed(static_cast<float*>(ptr), n, static_cast<float>(value));
-    case DType::f64: return fill_typed(static_cast<double*>(ptr), n, value);
-    case DType::i32: return fill_typed(static_cast<int32_t*>(ptr), n, static_cast<int32_t>(value));
-    case DType::b8: return fill_typed(static_cast<uint8_t*>(ptr), n, uint8_t(value != 0 ? 1 : 0));
-  }
-}
-
 double read_element(const void* base, DType dtype, int64_t offset) {
   switch (dtype) {
     case DType::f32: return static_cast<const float*>(base)[offset];
@@ -86,8 +77,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
   Tensor t = empty(shape, dtype, device);
   // On a GPU a fill kernel, not a copy from the host: scalars such as the 2
   // in x * 2 are made on every call, and a copy would wait for the device.
-  if (device.is_cuda()) cuda::copy_kernels().fill(t, value);
-  else fill_contiguous(t.raw_data(), dtype, t.numel(), value);
+  backend(device).fill(t, value);
   return t;
 }
 
@@ -286,61 +276,6 @@ void check_cpu(const char* op, const std::vector<Tensor>& tensors) {
                    t.device(), " yet (CPU only)");
 }
 
-namespace {
-
-template <typename S, typename D>
-void copy_typed(const Tensor& src, const Strides& src_strides,
-                const Tensor& dst) {
-  const S* s = static_cast<const S*>(src.impl_shared()->storage->data);
-  D* d = static_cast<D*>(dst.impl_shared()->storage->data);
-  const int64_t n = dst.numel();
-  if (src.is_contiguous() && dst.is_contiguous() && src.shape() == dst.shape()) {
-    const S* sp = s + src.offset();
-    D* dp = d + dst.offset();
-    cpu::parallel_for(n, n >= cpu::kParallelMin, [&](int64_t i) { dp[i] = static_cast<D>(sp[i]); });
-    return;
-  }
-  if (dst.dim() == 0) {
-    d[dst.offset()] = static_cast<D>(s[src.offset()]);
-    return;
-  }
-  // Walk dst row by row (a row: its last dimension), src with its broadcast
-  // strides in step; a row that is contiguous on both sides (a head split or
-  // merge moves d_h-long runs) is a plain loop the compiler vectorises.  The
-  // threads take whole slices of the first dimension.
-  const int last = dst.dim() - 1;
-  const int64_t cols = dst.size(last), d_step = dst.stride(last), s_step = src_strides[last];
-  const int64_t slices = last > 0 ? dst.size(0) : 1;
-  const Shape rows(dst.shape().begin() + (last > 0), dst.shape().end() - 1);  // rows of one slice
-  const Strides d_rows(dst.strides().begin() + (last > 0), dst.strides().end() - 1);
-  const Strides s_rows(src_strides.begin() + (last > 0), src_strides.end() - 1);
-  const int64_t d_slice = last > 0 ? dst.stride(0) : 0, s_slice = last > 0 ? src_strides[0] : 0;
-  auto copy_row = [&](int64_t d_off, int64_t s_off) {
-    D* to = d + d_off;
-    const S* from = s + s_off;
-    if (d_step == 1 && s_step == 1) {
-      for (int64_t c = 0; c < cols; ++c) to[c] = static_cast<D>(from[c]);
-    } else {
-      for (int64_t c = 0; c < cols; ++c) to[c * d_step] = static_cast<D>(from[c * s_step]);
-    }
-  };
-  cpu::parallel_for(slices, n >= cpu::kParallelMin, [&](int64_t i) {
-    for_each_offset2(rows, d_rows, dst.offset() + i * d_slice, s_rows, src.offset() + i * s_slice, copy_row);
-  });
-}
-
-template <typename S>
-void copy_from(const Tensor& src, const Strides& strides, const Tensor& dst) {
-  switch (dst.dtype()) {
-    case DType::f32: return copy_typed<S, float>(src, strides, dst);
-    case DType::f64: return copy_typed<S, double>(src, strides, dst);
-    case DType::i32: return copy_typed<S, int32_t>(src, strides, dst);
-    case DType::b8: return copy_typed<S, uint8_t>(src, strides, dst);
-  }
-}
-
-}  // namespace
-
 void copy_elements(const Tensor& src, const Tensor& dst) {
   check_same_device("copy", {src, dst});
   // Strides of src broadcast to dst's shape: 0 on new or size-1 dimensions.
@@ -352,13 +287,19 @@ void copy_elements(const Tensor& src, const Tensor& dst) {
     int d = dst.dim() - src.dim() + i;
     strides[d] = src.size(i) == 1 ? 0 : src.stride(i);
   }
-  if (dst.device().is_cuda()) return cuda::copy_kernels().copy(src, strides, dst);
-  switch (src.dtype()) {
-    case DType::f32: return copy_from<float>(src, strides, dst);
-    case DType::f64: return copy_from<double>(src, strides, dst);
-    case DType::i32: return copy_from<int32_t>(src, strides, dst);
-    case DType::b8: return copy_from<uint8_t>(src, strides, dst);
-  }
+  backend(dst.device()).copy(src, strides, dst);
+}
+
+void accumulate_elements(const Tensor& src, const Tensor& dst) {
+  check_same_device("accumulate", {src, dst});
+  HEADROOM_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype() && dst.is_floating_point(),
+                 "[accumulate] expected two floating tensors of one shape and dtype, got ", shape_str(src.shape()),
+                 " ", src.dtype(), " into ", shape_str(dst.shape()), " ", dst.dtype());
+  for (int d = 0; d < dst.dim(); ++d)
+    HEADROOM_CHECK(dst.stride(d) != 0 || dst.size(d) == 1, "[accumulate] target of shape ",
+                   shape_str(dst.shape()), " is expanded (stride 0 in dimension ", d, ")");
+  backend(dst.device()).accumulate(src, dst);
+  dst.bump_version();
 }
 
 // ---- in-place writes -------------------------------------------------------------
@@ -371,13 +312,7 @@ void check_inplace_allowed(const char* op, const Tensor& t) {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace_allowed("fill_", *this);
-  if (device().is_cuda()) {
-    cuda::copy_kernels().fill(*this, value);
-  } else if (is_contiguous()) {
-    fill_contiguous(raw_data(), dtype(), numel(), value);
-  } else {
-    copy_elements(Tensor::full({}, value, dtype()), *this);
-  }
+  backend(device()).fill(*this, value);
   bump_version();
   return *this;
 }

@@ -200,6 +200,10 @@ T* data_or_null(const Tensor& t) {
 // Copies src's elements (any strides, broadcast to dst's shape) into dst,
 // converting dtype.  The kernel behind contiguous(), clone(), to() and copy_().
 void copy_elements(const Tensor& src, const Tensor& dst);
+// dst += src element by element: one shape, one floating dtype, dst any
+// strides (not expanded); bumps dst's version.  No autograd: the backward
+// engine's gradient sums.
+void accumulate_elements(const Tensor& src, const Tensor& dst);
 
 // Visits every element of `shape` in row-major order, calling
 // fn(offset_in_elements) with the offset given by `strides` (stride 0 on

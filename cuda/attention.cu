@@ -20,14 +20,16 @@
 
 #include "headroom/core/backend.h"
 #include "headroom/core/rng.h"
-#include "headroom/cuda/attention.h"
+#include "headroom/cuda/kernels.h"
+#include "headroom/ops/kernels/attention.h"
 #include "headroom/cuda/runtime.h"
 
 namespace headroom::cuda {
 
 namespace {
 
-using cpu::AttentionProblem;
+using kernels::AttentionGroup;
+using kernels::AttentionProblem;
 
 constexpr int kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -74,7 +76,7 @@ GroupTables upload_tables(const AttentionProblem& p, int tile_rows, Device devic
                  "rows in the caller's order");
   std::vector<QueryTile> tiles;
   std::vector<RowRange> pair_rows(p.batch * p.heads, RowRange{0, 0});
-  for (const cpu::AttentionGroup& g : p.groups) {
+  for (const AttentionGroup& g : p.groups) {
     RowRange& range = pair_rows[g.batch * p.heads + g.head];
     HEADROOM_CHECK(range.begin == range.end, "[attention] two query groups for (batch ", g.batch, ", head ",
                    g.head, ")");
@@ -641,7 +643,8 @@ void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, c
   }
 }
 
-struct CudaAttentionKernels final : AttentionKernels {
+struct CudaAttentionKernels final : kernels::AttentionKernels {
+  int64_t max_head_dim() const override { return 256; }  // with_columns' largest width
   void forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const Tensor& lse) override {
     DeviceGuard guard(q.device().index);
@@ -666,7 +669,7 @@ struct CudaAttentionKernels final : AttentionKernels {
 
 }  // namespace
 
-AttentionKernels& attention_kernels() {
+kernels::AttentionKernels& attention_kernels() {
   static CudaAttentionKernels kernels;
   return kernels;
 }

@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "headroom/core/backend.h"
-#include "headroom/cuda/cuda.h"
+#include "headroom/core/tensor.h"
+#include "headroom/cuda/kernels.h"
 #include "headroom/cuda/runtime.h"
 
 namespace headroom::cuda {
@@ -111,6 +112,11 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(device);
     HEADROOM_CUDA_CHECK(cudaMemsetAsync(dst, 0, n, stream(device)));
   }
+  void copy(const Tensor& src, const Strides& src_strides, const Tensor& dst) override {
+    cuda::copy(src, src_strides, dst);
+  }
+  void fill(const Tensor& dst, double value) override { cuda::fill(dst, value); }
+  void accumulate(const Tensor& src, const Tensor& dst) override { cuda::accumulate(src, dst); }
   void synchronize(int device) override {
     DeviceGuard guard(device);
     HEADROOM_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
@@ -207,8 +213,6 @@ int device_count() {
   return count;
 }
 
-bool is_available() { return device_count() > 0; }
-
 std::string version_string() {
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
@@ -227,18 +231,22 @@ std::string version_string() {
   return os.str();
 }
 
-Backend& backend() {
-  HEADROOM_CHECK(is_available(), "[cuda] no CUDA device is available (", version_string(), ")");
-  static CudaBackend instance;
-  return instance;
-}
-
-}  // namespace headroom::cuda
-
-namespace headroom::cuda {
 namespace {
-std::atomic<bool> tf32{false};
+class CudaProvider final : public BackendProvider {
+ public:
+  int device_count() override { return cuda::device_count(); }
+  std::string summary() override { return version_string(); }
+  Backend& backend() override {
+    HEADROOM_CHECK(device_count() > 0, "[cuda] no CUDA device is available (", version_string(), ")");
+    static CudaBackend instance;
+    return instance;
+  }
+};
+}  // namespace
+
+BackendProvider& backend_provider() {
+  static CudaProvider provider;
+  return provider;
 }
-void set_tf32(bool enabled) { tf32 = enabled; }
-bool tf32_enabled() { return tf32; }
+
 }  // namespace headroom::cuda

@@ -1,5 +1,6 @@
-// Strided copy and fill kernels for CUDA tensors (see copy.h).
-#include "headroom/cuda/copy.h"
+// Strided copy, accumulate and fill kernels for CUDA tensors: the CUDA
+// backend's element walks (core/backend.h).
+#include "headroom/cuda/kernels.h"
 #include "headroom/cuda/indexing.cuh"
 #include "headroom/cuda/runtime.h"
 
@@ -21,10 +22,14 @@ Layout make_layout(const Shape& shape, const Strides& strides, int64_t offset, c
 
 namespace {
 
-template <typename S, typename D>
+// dst = src converted, or dst += src when Add.
+template <bool Add, typename S, typename D>
 __global__ void copy_kernel(const S* src, Layout src_layout, D* dst, Layout dst_layout, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[element_offset(dst_layout, i)] = static_cast<D>(src[element_offset(src_layout, i)]);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    D& to = dst[element_offset(dst_layout, i)];
+    const S from = src[element_offset(src_layout, i)];
+    to = Add ? static_cast<D>(to + from) : static_cast<D>(from);
+  }
 }
 
 template <typename T>
@@ -39,46 +44,47 @@ T* storage_data(const Tensor& t) {
   return static_cast<T*>(t.impl_shared()->storage->data);
 }
 
-struct CudaCopyKernels final : CopyKernels {
-  void copy(const Tensor& src, const Strides& src_strides, const Tensor& dst) override {
-    const int64_t n = dst.numel();
-    if (n == 0) return;
-    const int device = dst.device().index;
-    DeviceGuard guard(device);
-    Layout src_layout = make_layout(dst.shape(), src_strides, src.offset(), "copy");
-    Layout dst_layout = make_layout(dst.shape(), dst.strides(), dst.offset(), "copy");
-    dispatch_any(src.dtype(), [&](auto s) {
-      dispatch_any(dst.dtype(), [&](auto d) {
-        using S = decltype(s);
-        using D = decltype(d);
-        copy_kernel<S, D><<<capped_grid(n), kThreads, 0, stream(device)>>>(storage_data<S>(src), src_layout,
-                                                                            storage_data<D>(dst), dst_layout, n);
-      });
-    });
-    check_launch("copy_kernel");
-  }
-
-  void fill(const Tensor& dst, double value) override {
-    const int64_t n = dst.numel();
-    if (n == 0) return;
-    const int device = dst.device().index;
-    DeviceGuard guard(device);
-    Layout layout = make_layout(dst.shape(), dst.strides(), dst.offset(), "fill_");
-    dispatch_any(dst.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      // Masks hold 0 or 1, like the CPU fill.
-      T typed = std::is_same<T, uint8_t>::value ? T(value != 0) : static_cast<T>(value);
-      fill_kernel<T><<<capped_grid(n), kThreads, 0, stream(device)>>>(storage_data<T>(dst), layout, typed, n);
-    });
-    check_launch("fill_kernel");
-  }
-};
+template <bool Add, typename S, typename D>
+void launch_copy(const Tensor& src, const Strides& src_strides, const Tensor& dst) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  const int device = dst.device().index;
+  DeviceGuard guard(device);
+  Layout src_layout = make_layout(dst.shape(), src_strides, src.offset(), "copy");
+  Layout dst_layout = make_layout(dst.shape(), dst.strides(), dst.offset(), "copy");
+  copy_kernel<Add, S, D><<<capped_grid(n), kThreads, 0, stream(device)>>>(storage_data<S>(src), src_layout,
+                                                                          storage_data<D>(dst), dst_layout, n);
+  check_launch("copy_kernel");
+}
 
 }  // namespace
 
-CopyKernels& copy_kernels() {
-  static CudaCopyKernels kernels;
-  return kernels;
+void copy(const Tensor& src, const Strides& src_strides, const Tensor& dst) {
+  dispatch_any(src.dtype(), [&](auto s) {
+    dispatch_any(dst.dtype(), [&](auto d) { launch_copy<false, decltype(s), decltype(d)>(src, src_strides, dst); });
+  });
+}
+
+void accumulate(const Tensor& src, const Tensor& dst) {
+  dispatch_floating(dst.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    launch_copy<true, T, T>(src, src.strides(), dst);
+  });
+}
+
+void fill(const Tensor& dst, double value) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  const int device = dst.device().index;
+  DeviceGuard guard(device);
+  Layout layout = make_layout(dst.shape(), dst.strides(), dst.offset(), "fill_");
+  dispatch_any(dst.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    // Masks hold 0 or 1, like the CPU fill.
+    T typed = std::is_same<T, uint8_t>::value ? T(value != 0) : static_cast<T>(value);
+    fill_kernel<T><<<capped_grid(n), kThreads, 0, stream(device)>>>(storage_data<T>(dst), layout, typed, n);
+  });
+  check_launch("fill_kernel");
 }
 
 }  // namespace headroom::cuda

@@ -6,19 +6,20 @@
 #include <cmath>
 #include <cstdint>
 
-#include "headroom/cuda/elementwise.h"
+#include "headroom/cuda/kernels.h"
+#include "headroom/ops/kernels/elementwise.h"
 #include "headroom/cuda/indexing.cuh"
 #include "headroom/cuda/runtime.h"
-#include "headroom/ops/elementwise_math.h"
+#include "headroom/ops/kernels/elementwise_math.h"
 
 namespace headroom::cuda {
 namespace {
 
-using cpu::BinaryOp;
-using cpu::CompareOp;
-using cpu::LogicalOp;
-using cpu::UnaryArgs;
-using cpu::UnaryOp;
+using kernels::BinaryOp;
+using kernels::CompareOp;
+using kernels::LogicalOp;
+using kernels::UnaryArgs;
+using kernels::UnaryOp;
 using elementwise::with_binary;
 using elementwise::with_compare;
 using elementwise::with_unary;
@@ -135,7 +136,7 @@ struct Select {
 
 // ---- the interface --------------------------------------------------------------------------
 
-struct CudaElementwiseKernels final : ElementwiseKernels {
+struct CudaElementwiseKernels final : kernels::ElementwiseKernels {
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override {
     with_binary(op, [&](auto f) {
       dispatch_floating(out.dtype(), [&](auto zero) {
@@ -202,7 +203,7 @@ struct CudaElementwiseKernels final : ElementwiseKernels {
 
 }  // namespace
 
-ElementwiseKernels& elementwise_kernels() {
+kernels::ElementwiseKernels& elementwise_kernels() {
   static CudaElementwiseKernels kernels;
   return kernels;
 }

@@ -4,8 +4,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "headroom/cuda/cuda.h"
-#include "headroom/cuda/matmul.h"
+#include "headroom/core/backend.h"
+#include "headroom/cuda/kernels.h"
+#include "headroom/ops/kernels/matmul.h"
 #include "headroom/cuda/runtime.h"
 
 namespace headroom::cuda {
@@ -73,12 +74,12 @@ std::vector<StridedRun> strided_runs(const std::vector<int64_t>& a, const std::v
 // needs CUBLAS_OP_T.  C written column-major as [n, m] with ldc = n is the
 // row-major [m, n] result.
 template <typename T>
-void row_major_gemm(int device, int64_t m, int64_t n, int64_t k, const T* a, const cpu::MatrixLayout& la,
-                    const T* b, const cpu::MatrixLayout& lb, T* c, const StridedRun& run, T beta) {
+void row_major_gemm(int device, int64_t m, int64_t n, int64_t k, const T* a, const kernels::MatrixLayout& la,
+                    const T* b, const kernels::MatrixLayout& lb, T* c, const StridedRun& run, T beta) {
   constexpr bool f32 = std::is_same<T, float>::value;
   const cudaDataType_t type = f32 ? CUDA_R_32F : CUDA_R_64F;
   const cublasComputeType_t compute = !f32             ? CUBLAS_COMPUTE_64F
-                                      : tf32_enabled() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                        : CUBLAS_COMPUTE_32F;
   const T alpha = 1;
   HEADROOM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
@@ -90,10 +91,10 @@ void row_major_gemm(int device, int64_t m, int64_t n, int64_t k, const T* a, con
       static_cast<int>(run.count), compute, CUBLAS_GEMM_DEFAULT));
 }
 
-struct CudaMatmulKernels final : MatmulKernels {
+struct CudaMatmulKernels final : kernels::MatmulKernels {
   void batched_gemm(int64_t m, int64_t n, int64_t k, const Tensor& a, const std::vector<int64_t>& a_offsets,
-                    const cpu::MatrixLayout& la, const Tensor& b, const std::vector<int64_t>& b_offsets,
-                    const cpu::MatrixLayout& lb, const Tensor& bias, const Tensor& c) override {
+                    const kernels::MatrixLayout& la, const Tensor& b, const std::vector<int64_t>& b_offsets,
+                    const kernels::MatrixLayout& lb, const Tensor& bias, const Tensor& c) override {
     const int64_t batch = static_cast<int64_t>(a_offsets.size());
     if (batch == 0 || m == 0 || n == 0) return;
     const int device = c.device().index;
@@ -138,7 +139,7 @@ struct CudaMatmulKernels final : MatmulKernels {
 
 }  // namespace
 
-MatmulKernels& matmul_kernels() {
+kernels::MatmulKernels& matmul_kernels() {
   static CudaMatmulKernels kernels;
   return kernels;
 }

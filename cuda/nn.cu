@@ -10,8 +10,9 @@
 #include <limits>
 
 #include "headroom/core/rng.h"
-#include "headroom/cuda/matmul.h"
-#include "headroom/cuda/nn.h"
+#include "headroom/ops/kernels/matmul.h"
+#include "headroom/cuda/kernels.h"
+#include "headroom/ops/kernels/nn.h"
 #include "headroom/cuda/runtime.h"
 
 namespace headroom::cuda {
@@ -310,7 +311,7 @@ T* ptr(const Tensor& t) {
   return data_or_null<T>(t);
 }
 
-struct CudaNnKernels final : NnKernels {
+struct CudaNnKernels final : kernels::NnKernels {
   void softmax_forward(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool log) override {
     if (rows == 0 || n == 0) return;
     on_device_of(x, "softmax_forward_kernel", [&](auto zero, cudaStream_t s) {
@@ -445,7 +446,7 @@ struct CudaNnKernels final : NnKernels {
 
 }  // namespace
 
-NnKernels& nn_kernels() {
+kernels::NnKernels& nn_kernels() {
   static CudaNnKernels kernels;
   return kernels;
 }

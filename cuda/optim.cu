@@ -2,7 +2,8 @@
 #include <algorithm>
 
 #include "headroom/cuda/indexing.cuh"
-#include "headroom/cuda/optim.h"
+#include "headroom/cuda/kernels.h"
+#include "headroom/ops/kernels/optim.h"
 #include "headroom/cuda/runtime.h"
 
 namespace headroom::cuda {
@@ -13,13 +14,13 @@ namespace {
 constexpr unsigned kPartialBlocks = 128;
 
 template <typename T>
-__global__ void sgd_kernel(T* p, const T* g, T* buffer, SgdUpdate update, int64_t n) {
+__global__ void sgd_kernel(T* p, const T* g, T* buffer, kernels::SgdUpdate update, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     update.apply(p[i], g[i], buffer ? buffer + i : nullptr);
 }
 
 template <typename T>
-__global__ void adam_kernel(T* p, const T* g, T* m, T* v, AdamUpdate update, int64_t n) {
+__global__ void adam_kernel(T* p, const T* g, T* m, T* v, kernels::AdamUpdate update, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     update.apply(p[i], g[i], m[i], v[i]);
 }
@@ -75,9 +76,9 @@ T* storage_data(const Tensor& t) {
 
 Layout layout_of(const Tensor& t, const char* op) { return make_layout(t.shape(), t.strides(), t.offset(), op); }
 
-struct CudaOptimKernels final : OptimKernels {
+struct CudaOptimKernels final : kernels::OptimKernels {
   void sgd(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-           const SgdUpdate& update) override {
+           const kernels::SgdUpdate& update) override {
     launch_floating(param, param.numel(), "sgd_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
       using T = decltype(zero);
       T* buffer = momentum_buffer.defined() ? momentum_buffer.data<T>() : nullptr;
@@ -86,7 +87,7 @@ struct CudaOptimKernels final : OptimKernels {
   }
 
   void adam(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-            const AdamUpdate& update) override {
+            const kernels::AdamUpdate& update) override {
     launch_floating(param, param.numel(), "adam_kernel", [&](auto zero, unsigned blocks, cudaStream_t s) {
       using T = decltype(zero);
       adam_kernel<T><<<blocks, kThreads, 0, s>>>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(),
@@ -135,7 +136,7 @@ struct CudaOptimKernels final : OptimKernels {
 
 }  // namespace
 
-OptimKernels& optim_kernels() {
+kernels::OptimKernels& optim_kernels() {
   static CudaOptimKernels kernels;
   return kernels;
 }

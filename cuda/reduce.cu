@@ -12,15 +12,16 @@
 #include <cmath>
 #include <cstdint>
 
-#include "headroom/cuda/reduce.h"
+#include "headroom/cuda/kernels.h"
+#include "headroom/ops/kernels/reduce.h"
 #include "headroom/cuda/runtime.h"
 
 namespace headroom::cuda {
 namespace {
 
-using cpu::Extreme;
-using cpu::ReduceDims;
-using cpu::ReduceOp;
+using kernels::Extreme;
+using kernels::ReduceDims;
+using kernels::ReduceOp;
 
 // sum, and mean with scale = 1/n: double partials, as the CPU accumulates in double.
 template <typename T>
@@ -172,7 +173,7 @@ __global__ void running_sum_kernel(const T* x, ReduceDims d, bool reverse, T* ou
   }
 }
 
-struct CudaReduceKernels final : ReduceKernels {
+struct CudaReduceKernels final : kernels::ReduceKernels {
   void reduce(ReduceOp op, const Tensor& x, ReduceDims dims, const Tensor& out) override {
     dispatch_floating(x.dtype(), [&](auto zero) {
       using T = decltype(zero);
@@ -218,7 +219,7 @@ struct CudaReduceKernels final : ReduceKernels {
 
 }  // namespace
 
-ReduceKernels& reduce_kernels() {
+kernels::ReduceKernels& reduce_kernels() {
   static CudaReduceKernels kernels;
   return kernels;
 }

@@ -14,11 +14,14 @@
 #include <sstream>
 #include <vector>
 
-#include "headroom/cuda/cuda.h"
-#include "headroom/cuda/routing.h"
+#include "headroom/cuda/kernels.h"
+#include "headroom/ops/kernels/routing.h"
 #include "headroom/cuda/runtime.h"
 
 namespace headroom::cuda {
+
+using kernels::GroupedOperand;
+using kernels::IndexUse;
 
 namespace {
 
@@ -511,7 +514,7 @@ unsigned tiles_of(int64_t size, const char* op) {
 
 // ---- the interface -----------------------------------------------------------------
 
-struct CudaRoutingKernels final : RoutingKernels {
+struct CudaRoutingKernels final : kernels::RoutingKernels {
   void check_indices(const Tensor& indices, int64_t limit, IndexUse use, int64_t group,
                      const Tensor& safe) override {
     const int device = indices.device().index;
@@ -684,7 +687,7 @@ struct CudaRoutingKernels final : RoutingKernels {
 
 }  // namespace
 
-RoutingKernels& routing_kernels() {
+kernels::RoutingKernels& routing_kernels() {
   static CudaRoutingKernels kernels;
   return kernels;
 }

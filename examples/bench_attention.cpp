@@ -367,9 +367,9 @@ int main(int argc, char** argv) {
     Options o = parse(argc, argv);
     set_num_threads(o.threads);
     const Device device = examples::training_device(o.device);
-    cuda::set_tf32(o.tf32);
+    set_allow_tf32(o.tf32);
     std::printf("# bench_attention\n");
-    if (device.is_cuda()) std::printf("%s\n", cuda::version_string().c_str());
+    if (device.is_cuda()) std::printf("%s\n", device_summary(device.kind).c_str());
     run(o, device);
     run_training_steps(o, device);
     return 0;

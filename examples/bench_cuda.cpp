@@ -235,12 +235,12 @@ Options parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     Options o = parse(argc, argv);
-    std::printf("# bench_cuda\n\n%s\n", cuda::version_string().c_str());
-    if (!cuda::is_available()) {
+    std::printf("# bench_cuda\n\n%s\n", device_summary(Device::Kind::cuda).c_str());
+    if (device_count(Device::Kind::cuda) == 0) {
       std::printf("skipped: no CUDA device\n");
       return 0;
     }
-    cuda::set_tf32(o.tf32);
+    set_allow_tf32(o.tf32);
     std::map<std::string, double> torch = read_torch(o.torch_file);
     bench_linear(o);
     bench_attention(o, torch);

@@ -131,7 +131,7 @@ double accuracy(const Tensor& logits, const Tensor& labels) {
 int run(const Config& c) {
   if (c.threads > 0) set_num_threads(c.threads);
   const Device device = examples::training_device(c.device);
-  cuda::set_tf32(c.tf32);
+  set_allow_tf32(c.tf32);
   Generator gen(c.seed);
   auto [x_host, y_host] = two_spirals(c.points, gen);
   const Tensor x = x_host.to(device), y = y_host.to(device);
@@ -148,7 +148,7 @@ int run(const Config& c) {
               (long long)c.hidden, (long long)c.hidden, (long long)model.num_parameters(),
               (long long)x.size(0), c.lr, c.weight_decay, (long long)c.steps, (long long)step,
               (unsigned long long)c.seed, num_threads(),
-              device.is_cpu() ? "cpu" : (device.str() + " (" + cuda::version_string() + ")").c_str());
+              device.is_cpu() ? "cpu" : (device.str() + " (" + device_summary(device.kind) + ")").c_str());
   double loss_value = NAN;
   auto start = std::chrono::steady_clock::now();
   for (; step < c.steps; ++step) {

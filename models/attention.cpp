@@ -3,7 +3,7 @@
 #include <map>
 #include <mutex>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/reduce.h"
 #include "headroom/ops/routing.h"

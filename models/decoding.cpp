@@ -6,7 +6,7 @@
 #include <memory>
 #include <numeric>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/nn.h"
 #include "headroom/ops/routing.h"

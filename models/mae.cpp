@@ -2,7 +2,7 @@
 
 #include <unordered_set>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/ops/nn.h"
 #include "headroom/ops/reduce.h"
 #include "headroom/ops/shape.h"

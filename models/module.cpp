@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 
 namespace headroom {
 
@@ -177,7 +177,7 @@ void Module::to(Device device) {
   for (auto& [name, t] : state_dict()) {
     if (t.device() == device) continue;
     Tensor source = t.detach();
-    if (source.device().is_cuda() && device.is_cuda()) source = source.to(Device::cpu());  // no direct device-to-device copy
+    if (!source.device().is_cpu() && !device.is_cpu()) source = source.to(Device::cpu());  // no direct device-to-device copy
     rebind(t, source.to(device));
   }
 }

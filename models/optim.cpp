@@ -3,8 +3,8 @@
 #include <cmath>
 #include <type_traits>
 
-#include "headroom/cuda/optim.h"
-#include "headroom/models/optim_update.h"
+#include "headroom/ops/kernels/optim.h"
+#include "headroom/ops/kernels/registry.h"
 
 namespace headroom {
 
@@ -124,9 +124,9 @@ void SGD::step() {
   update_each([&](size_t i, const Tensor& grad, auto type) {
     using T = decltype(type);
     const Tensor& param = params()[i];
-    SgdUpdate update{lr(), momentum_, weight_decay_, nesterov_, !has_state("momentum_buffer", i)};
+    kernels::SgdUpdate update{lr(), momentum_, weight_decay_, nesterov_, !has_state("momentum_buffer", i)};
     const Tensor buffer = momentum_ != 0 ? state_tensor("momentum_buffer", i) : Tensor();
-    if (param.device().is_cuda()) return cuda::optim_kernels().sgd(param, grad, buffer, update);
+    if (!param.device().is_cpu()) return kernels::device_kernels(param).optim->sgd(param, grad, buffer, update);
     T* p = param.data<T>();
     const T* g = grad.data<T>();
     T* b = data_or_null<T>(buffer);
@@ -161,10 +161,10 @@ void Adam::step() {
     using T = decltype(type);
     const Tensor& param = params()[i];
     const double t = ++state_tensor("step", i).data<double>()[0];
-    const AdamUpdate update = AdamUpdate::at(t, lr(), beta1_, beta2_, eps_, weight_decay_, decoupled_);
+    const kernels::AdamUpdate update = kernels::AdamUpdate::at(t, lr(), beta1_, beta2_, eps_, weight_decay_, decoupled_);
     const Tensor& exp_avg = state_tensor("exp_avg", i);
     const Tensor& exp_avg_sq = state_tensor("exp_avg_sq", i);
-    if (param.device().is_cuda()) return cuda::optim_kernels().adam(param, grad, exp_avg, exp_avg_sq, update);
+    if (!param.device().is_cpu()) return kernels::device_kernels(param).optim->adam(param, grad, exp_avg, exp_avg_sq, update);
     T* p = param.data<T>();
     const T* g = grad.data<T>();
     T* m = exp_avg.data<T>();
@@ -199,15 +199,15 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     grads.push_back(g);
   }
   check_same_device("clip_grad_norm", grads);
-  const bool on_cuda = !grads.empty() && grads[0].device().is_cuda();
+  const bool on_device = !grads.empty() && !grads[0].device().is_cpu();
   double sum_squares = 0;
-  if (on_cuda) sum_squares = cuda::optim_kernels().sum_of_squares(grads).item();  // the step's one sync: the norm is returned
+  if (on_device) sum_squares = kernels::device_kernels(grads[0]).optim->sum_of_squares(grads).item();  // the step's one sync: the norm is returned
   else for (const Tensor& g : grads) for_each_element(g, [&](auto x) { sum_squares += double(x) * double(x); });
   const double norm = std::sqrt(sum_squares);
   const double scale = max_norm / (norm + 1e-6);
   if (!std::isfinite(norm) || scale >= 1) return norm;
   for (const Tensor& g : grads) {
-    if (on_cuda) cuda::optim_kernels().scale_(g, scale);
+    if (on_device) kernels::device_kernels(g).optim->scale_(g, scale);
     else for_each_element(g, [&](auto& x) { x = static_cast<std::remove_reference_t<decltype(x)>>(double(x) * scale); });
     g.bump_version();
   }

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/core/safetensors.h"
 #include "headroom/core/tensor.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/matmul.h"
 #include "headroom/ops/reduce.h"

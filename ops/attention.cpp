@@ -6,8 +6,9 @@
 #include <memory>
 
 #include "headroom/autograd/node.h"
-#include "headroom/cuda/attention.h"
 #include "headroom/ops/cpu/attention.h"
+#include "headroom/ops/kernels/attention.h"
+#include "headroom/ops/kernels/registry.h"
 #include "headroom/ops/routing.h"
 
 namespace headroom {
@@ -25,8 +26,9 @@ void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor
   check_dtype(op, v, q.dtype(), "v");
   check_same_device(op, {q, k, v});
   HEADROOM_CHECK(d_h >= 1, "[", op, "] head dimension d_h must be >= 1, got q of shape ", shape_str(q.shape()));
-  HEADROOM_CHECK(!q.device().is_cuda() || d_h <= cuda::kMaxAttentionHeadDim, "[", op,
-                 "] CUDA kernels take a head dimension d_h <= ", cuda::kMaxAttentionHeadDim, ", got ", d_h);
+  const int64_t max_d_h = q.device().is_cpu() ? d_h : kernels::device_kernels(q).attention->max_head_dim();
+  HEADROOM_CHECK(d_h <= max_d_h, "[", op, "] the ", q.device(), " kernels take a head dimension d_h <= ", max_d_h,
+                 ", got ", d_h);
   HEADROOM_CHECK(k.dim() == 4 && k.size(0) == batch && k.size(3) == d_h, "[", op,
                  "] expected k of shape [B=", batch, ", h_kv, S, d_h=", d_h, "], got ", shape_str(k.shape()));
   HEADROOM_CHECK(v.shape() == k.shape(), "[", op, "] expected v of the shape of k ", shape_str(k.shape()),
@@ -73,7 +75,7 @@ AttentionProblem make_problem(const Tensor& k, int64_t heads, int64_t seq_len, i
 // contiguous; p.key_padding on the same device.
 void run_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse) {
-  if (q.device().is_cuda()) return cuda::attention_kernels().forward(p, q, k, v, out, lse);
+  if (!q.device().is_cpu()) return kernels::device_kernels(q).attention->forward(p, q, k, v, out, lse);
   dispatch_floating(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::attention_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>());
@@ -83,7 +85,7 @@ void run_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, co
 // dout [R, d_h] → dq [R, d_h], dk, dv [B, h_kv, S, d_h].
 void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                   const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  if (q.device().is_cuda()) return cuda::attention_kernels().backward(p, q, k, v, out, lse, dout, dq, dk, dv);
+  if (!q.device().is_cpu()) return kernels::device_kernels(q).attention->backward(p, q, k, v, out, lse, dout, dq, dk, dv);
   dispatch_floating(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cpu::attention_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(),
@@ -100,7 +102,7 @@ Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, con
   // The CPU kernel reads K and V in place when they share a layout with
   // contiguous rows (MoA's are column slices of one projection); CUDA's
   // kernels take them contiguous.
-  const bool kv_in_place = !q_rows.device().is_cuda() && k.strides() == v.strides() && k.strides()[3] == 1;
+  const bool kv_in_place = q_rows.device().is_cpu() && k.strides() == v.strides() && k.strides()[3] == 1;
   Tensor q_c = q_rows.contiguous(), k_c = kv_in_place ? k : k.contiguous(), v_c = kv_in_place ? v : v.contiguous();
   for (int i = 0; i < 3; ++i) problem.kv_strides[i] = k_c.strides()[i];
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();
@@ -162,7 +164,7 @@ Tensor routed_attention(const Tensor& q_rows, const Tensor& k, const Tensor& v, 
 
   AttentionProblem p = make_problem(k, heads, seq_len, d_h, opts);
   const bool shared_kv = k.size(1) == 1;
-  if (shared_kv && !q_rows.device().is_cuda()) {
+  if (shared_kv && q_rows.device().is_cpu()) {
     // With one K/V head for all heads (MoA), a row's output depends only on its
     // query and its token, so the CPU kernel takes the rows in token order:
     // one group per batch, sorted by position, k rows per position, whose

@@ -5,8 +5,9 @@
 #include "headroom/ops/elementwise.h"
 
 #include "headroom/autograd/node.h"
-#include "headroom/cuda/elementwise.h"
 #include "headroom/ops/cpu/elementwise.h"
+#include "headroom/ops/kernels/elementwise.h"
+#include "headroom/ops/kernels/registry.h"
 #include "headroom/ops/shape.h"
 
 namespace headroom {
@@ -29,7 +30,7 @@ Shape check_pair(const char* op, const Tensor& a, const Tensor& b) {
 // g * d op(a, b) / d input i (0: a, 1: b), at g's broadcast shape.
 Tensor binary_partial(cpu::BinaryOp op, int i, const Tensor& a, const Tensor& b, const Tensor& g) {
   Tensor grad = Tensor::empty(g.shape(), g.dtype(), g.device());
-  if (g.device().is_cuda()) cuda::elementwise_kernels().binary_grad(op, i, a, b, g, grad);
+  if (!g.device().is_cpu()) kernels::device_kernels(g).elementwise->binary_grad(op, i, a, b, g, grad);
   else cpu::binary_grad(op, i, a, b, g, grad);
   return grad;
 }
@@ -42,7 +43,7 @@ Tensor binary_op(const char* name, cpu::BinaryOp op, const Tensor& a, const Tens
   Shape shape = check_pair(name, a, b);
   check_floating(name, a);
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());  // [broadcast(a, b)]
-  if (out.device().is_cuda()) cuda::elementwise_kernels().binary(op, a, b, out);
+  if (!out.device().is_cpu()) kernels::device_kernels(out).elementwise->binary(op, a, b, out);
   else cpu::binary(op, a, b, out);
   const bool linear = op == cpu::BinaryOp::add || op == cpu::BinaryOp::sub;
   const Shape shapes[2] = {a.shape(), b.shape()};
@@ -66,12 +67,12 @@ Tensor binary_op(const char* name, cpu::BinaryOp op, const Tensor& a, const Tens
 Tensor unary_op(const char* name, cpu::UnaryOp op, const Tensor& x, cpu::UnaryArgs args = {}) {
   check_floating(name, x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (x.device().is_cuda()) cuda::elementwise_kernels().unary(op, args, x, out);
+  if (!x.device().is_cpu()) kernels::device_kernels(x).elementwise->unary(op, args, x, out);
   else cpu::unary(op, args, x, out);
   autograd::record(out, name, {x}, {x},
                    [op, args](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor grad = Tensor::empty(g.shape(), g.dtype(), g.device());
-                     if (g.device().is_cuda()) cuda::elementwise_kernels().unary_grad(op, args, s[0], g, grad);
+                     if (!g.device().is_cpu()) kernels::device_kernels(g).elementwise->unary_grad(op, args, s[0], g, grad);
                      else cpu::unary_grad(op, args, s[0], g, grad);
                      grads.add(0, grad);
                    });
@@ -81,7 +82,7 @@ Tensor unary_op(const char* name, cpu::UnaryOp op, const Tensor& x, cpu::UnaryAr
 // A b8 mask of shape broadcast(a, b); no gradient.
 Tensor compare_op(const char* name, cpu::CompareOp op, const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(check_pair(name, a, b), DType::b8, a.device());
-  if (out.device().is_cuda()) cuda::elementwise_kernels().compare(op, a, b, out);
+  if (!out.device().is_cpu()) kernels::device_kernels(out).elementwise->compare(op, a, b, out);
   else cpu::compare(op, a, b, out);
   return out;
 }
@@ -90,7 +91,7 @@ Tensor logical_op(const char* name, cpu::LogicalOp op, const Tensor& a, const Te
   check_dtype(name, a, DType::b8, "masks");
   check_dtype(name, b, DType::b8, "masks");
   Tensor out = Tensor::empty(check_pair(name, a, b), DType::b8, a.device());
-  if (out.device().is_cuda()) cuda::elementwise_kernels().logical(op, a, b, out);
+  if (!out.device().is_cpu()) kernels::device_kernels(out).elementwise->logical(op, a, b, out);
   else cpu::logical(op, a, b, out);
   return out;
 }
@@ -116,10 +117,7 @@ void add_(const Tensor& target, const Tensor& other) {
   check_inplace_allowed("add_", target);
   check_floating("add_", target);
   // Element i reads target[i] before writing it, so the aliasing is safe.
-  if (target.device().is_cpu()) cpu::binary(cpu::BinaryOp::add, target, other, target);
-  else if (target.is_contiguous()) cuda::elementwise_kernels().binary(cpu::BinaryOp::add, target, other, target);
-  else copy_elements(add(target, other), target);  // the CUDA kernels write contiguous outputs only
-  target.bump_version();
+  accumulate_elements(other, target);
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return binary_op("maximum", cpu::BinaryOp::maximum, a, b);
@@ -202,7 +200,7 @@ Tensor logical_or(const Tensor& a, const Tensor& b) {
 Tensor logical_not(const Tensor& mask) {
   check_dtype("logical_not", mask, DType::b8, "mask");
   Tensor out = Tensor::empty(mask.shape(), DType::b8, mask.device());
-  if (out.device().is_cuda()) cuda::elementwise_kernels().logical_not(mask, out);
+  if (!out.device().is_cpu()) kernels::device_kernels(out).elementwise->logical_not(mask, out);
   else cpu::logical_not(mask, out);
   return out;
 }
@@ -212,7 +210,7 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   check_same_device("where", {mask, a, b});
   Shape shape = broadcast_shapes(mask.shape(), check_pair("where", a, b), "where");
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());  // [broadcast(mask, a, b)]
-  if (out.device().is_cuda()) cuda::elementwise_kernels().where(mask, a, b, out);
+  if (!out.device().is_cpu()) kernels::device_kernels(out).elementwise->where(mask, a, b, out);
   else cpu::where(mask, a, b, out);
   if (!out.is_floating_point()) return out;
   Shape a_shape = a.shape(), b_shape = b.shape();

@@ -8,8 +8,9 @@
 #include <numeric>
 
 #include "headroom/autograd/node.h"
-#include "headroom/cuda/matmul.h"
 #include "headroom/ops/cpu/matmul.h"
+#include "headroom/ops/kernels/matmul.h"
+#include "headroom/ops/kernels/registry.h"
 #include "headroom/ops/shape.h"
 
 namespace headroom {
@@ -94,8 +95,8 @@ void run_batched_gemm(const Tensor& a, const cpu::MatrixLayout& la, const Tensor
                      b_offsets.push_back(b_offset);
                    });
   const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
-  if (out.device().is_cuda())
-    return cuda::matmul_kernels().batched_gemm(m, n, k, a, a_offsets, la, b, b_offsets, lb, bias, out);
+  if (!out.device().is_cpu())
+    return kernels::device_kernels(out).matmul->batched_gemm(m, n, k, a, a_offsets, la, b, b_offsets, lb, bias, out);
   dispatch_floating(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
     cpu::batched_gemm<T>(m, n, k, {a.data<T>(), std::move(a_offsets), la},
@@ -174,8 +175,8 @@ Tensor sum_rows(const Tensor& g_rows) {
   Tensor g = g_rows.contiguous();
   const int64_t rows = g.size(0), cols = g.size(1);
   Tensor out = Tensor::empty({cols}, g.dtype(), g.device());
-  if (g.device().is_cuda()) {
-    cuda::matmul_kernels().sum_rows(g, out, rows, cols);
+  if (!g.device().is_cpu()) {
+    kernels::device_kernels(g).matmul->sum_rows(g, out, rows, cols);
   } else {
     dispatch_floating(g.dtype(), [&](auto zero) {
       using T = decltype(zero);

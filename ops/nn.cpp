@@ -8,8 +8,9 @@
 #include <numeric>
 
 #include "headroom/autograd/node.h"
-#include "headroom/cuda/nn.h"
 #include "headroom/ops/cpu/nn.h"
+#include "headroom/ops/kernels/nn.h"
+#include "headroom/ops/kernels/registry.h"
 
 namespace headroom {
 
@@ -27,12 +28,12 @@ void check_inputs(const char* op, const std::vector<Tensor>& tensors) {
   check_same_device(op, defined_only(tensors));
 }
 
-// The one device branch of every kernel call: cuda_kernel(cuda::nn_kernels())
-// when `t` is on a CUDA device, else cpu_kernel(T{}) with T the C++ type of
-// t's floating dtype.  Both get the same (device) tensors.
-template <typename CudaKernel, typename CpuKernel>
-void run_kernel(const Tensor& t, CudaKernel cuda_kernel, CpuKernel cpu_kernel) {
-  if (t.device().is_cuda()) return cuda_kernel(cuda::nn_kernels());
+// The device branch of every kernel call: device_kernel(the NnKernels of t's
+// device) when `t` is not on the CPU, else cpu_kernel(T{}) with T the C++ type
+// of t's floating dtype.  Both get the same (device) tensors.
+template <typename DeviceKernel, typename CpuKernel>
+void run_kernel(const Tensor& t, DeviceKernel device_kernel, CpuKernel cpu_kernel) {
+  if (!t.device().is_cpu()) return device_kernel(*kernels::device_kernels(t).nn);
   dispatch_floating(t.dtype(), cpu_kernel);
 }
 
@@ -57,7 +58,7 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
   const int64_t n = x.size(d), rows = n == 0 ? 0 : x.numel() / n;
   Tensor y_rows = Tensor::empty(x_rows.shape(), x.dtype(), x.device());
   run_kernel(
-      x_rows, [&](cuda::NnKernels& k) { k.softmax_forward(x_rows, y_rows, rows, n, log); },
+      x_rows, [&](kernels::NnKernels& k) { k.softmax_forward(x_rows, y_rows, rows, n, log); },
       [&](auto zero) {
         using T = decltype(zero);
         cpu::softmax_forward(x_rows.data<T>(), y_rows.data<T>(), rows, n, log);
@@ -71,7 +72,7 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
                      Tensor dx_rows = Tensor::empty(y_rows.shape(), y_rows.dtype(), y_rows.device());
                      run_kernel(
                          y_rows,
-                         [&](cuda::NnKernels& k) {
+                         [&](kernels::NnKernels& k) {
                            k.softmax_backward(y_rows, g_rows, dx_rows, rows, n, log);
                          },
                          [&](auto zero) {
@@ -119,7 +120,7 @@ Tensor normalize_last_dim(const char* op, const Tensor& x, const Tensor& weight,
   Tensor mean = Tensor::empty({rows}, x.dtype(), x.device()),
          rstd = Tensor::empty({rows}, x.dtype(), x.device());
   run_kernel(
-      xc, [&](cuda::NnKernels& k) { k.norm_forward(xc, wc, bc, out, mean, rstd, rows, d, eps, center); },
+      xc, [&](kernels::NnKernels& k) { k.norm_forward(xc, wc, bc, out, mean, rstd, rows, d, eps, center); },
       [&](auto zero) {
         using T = decltype(zero);
         cpu::norm_forward(xc.data<T>(), data_or_null<T>(wc), data_or_null<T>(bc), out.data<T>(),
@@ -137,7 +138,7 @@ Tensor normalize_last_dim(const char* op, const Tensor& x, const Tensor& weight,
         Tensor dx = grad_if(0, xc.shape()), dweight = grad_if(1, {d}), dbias = grad_if(2, {d});
         run_kernel(
             xc,
-            [&](cuda::NnKernels& k) {
+            [&](kernels::NnKernels& k) {
               k.norm_backward(xc, wc, mean, rstd, gc, dx, dweight, dbias, rows, d, center);
             },
             [&](auto zero) {
@@ -173,7 +174,7 @@ Tensor apply_dropout(const Tensor& in, uint64_t seed, uint64_t first, double p) 
   Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
   const int64_t n = in.numel();
   run_kernel(
-      ic, [&](cuda::NnKernels& k) { k.dropout_apply(ic, out, n, seed, first, p, 1 / (1 - p)); },
+      ic, [&](kernels::NnKernels& k) { k.dropout_apply(ic, out, n, seed, first, p, 1 / (1 - p)); },
       [&](auto zero) {
         using T = decltype(zero);
         cpu::dropout_apply(ic.data<T>(), out.data<T>(), n, seed, first, p, T(1 / (1 - p)));
@@ -254,14 +255,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor wc = weight.detach().contiguous();  // [V, D]
   Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
   run_kernel(
-      wc, [&](cuda::NnKernels& k) { k.embedding_forward(wc, ic, out, count, d); },
+      wc, [&](kernels::NnKernels& k) { k.embedding_forward(wc, ic, out, count, d); },
       [&](auto zero) {
         using T = decltype(zero);
         cpu::embedding_forward(wc.data<T>(), index, out.data<T>(), count, d);
       });
 
   EmbeddingGradPlan plan;
-  if (weight.device().is_cuda() && autograd::needs_grad({weight}))
+  if (!weight.device().is_cpu() && autograd::needs_grad({weight}))
     plan = plan_embedding_grad(index, count, weight.device());
   autograd::record(
       out, "embedding", {weight}, {ic, plan.order, plan.segment_start, plan.segment_row},
@@ -270,7 +271,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
         Tensor dweight = Tensor::zeros({vocab, d}, g.dtype(), g.device());
         run_kernel(
             gc,
-            [&](cuda::NnKernels& k) { k.embedding_backward(s[1], s[2], s[3], gc, dweight, s[3].numel(), d); },
+            [&](kernels::NnKernels& k) { k.embedding_backward(s[1], s[2], s[3], gc, dweight, s[3].numel(), d); },
             [&](auto zero) {
               using T = decltype(zero);
               cpu::embedding_backward(s[0].data<int32_t>(), gc.data<T>(), dweight.data<T>(), count, d);
@@ -308,9 +309,9 @@ double reduction_scale(Reduction reduction, int64_t valid) {
 // scale * the sum of the row losses ([...]) as a scalar of their dtype,
 // summed in double in a fixed order (on the device for CUDA losses).
 Tensor reduce_row_losses(const Tensor& row_loss, double scale) {
-  if (row_loss.device().is_cuda()) {
+  if (!row_loss.device().is_cpu()) {
     Tensor out = Tensor::empty({}, row_loss.dtype(), row_loss.device());
-    cuda::nn_kernels().sum_scaled(row_loss, row_loss.numel(), scale, out);
+    kernels::device_kernels(row_loss).nn->sum_scaled(row_loss, row_loss.numel(), scale, out);
     return out;
   }
   double total = 0;  // in row order
@@ -343,7 +344,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   Tensor row_loss = Tensor::empty(batch, logits.dtype(), logits.device());  // [...]
   run_kernel(
       xc,
-      [&](cuda::NnKernels& k) {
+      [&](kernels::NnKernels& k) {
         k.cross_entropy_forward(xc, tc, lse, row_loss, rows, classes, opts.ignore_index,
                                 opts.label_smoothing);
       },
@@ -366,7 +367,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
         Tensor dlogits = Tensor::empty(s[0].shape(), s[0].dtype(), s[0].device());
         run_kernel(
             dlogits,
-            [&](cuda::NnKernels& k) {
+            [&](kernels::NnKernels& k) {
               k.cross_entropy_backward(s[0], s[1], s[2], gc, grad_scale, dlogits, rows, classes, opts.ignore_index,
                                        opts.label_smoothing);
             },

@@ -4,8 +4,9 @@
 #include "headroom/ops/reduce.h"
 
 #include "headroom/autograd/node.h"
-#include "headroom/cuda/reduce.h"
 #include "headroom/ops/cpu/reduce.h"
+#include "headroom/ops/kernels/reduce.h"
+#include "headroom/ops/kernels/registry.h"
 #include "headroom/ops/elementwise.h"
 
 namespace headroom {
@@ -90,7 +91,7 @@ ReduceLayout layout_reduction(const char* op, const Tensor& x, const std::vector
 // Runs a value reduction: out has the layout's output shape.
 Tensor reduce_values(cpu::ReduceOp op, const Tensor& x, const ReduceLayout& r) {
   Tensor out = Tensor::empty(r.out_shape, x.dtype(), x.device());
-  if (x.device().is_cuda()) cuda::reduce_kernels().reduce(op, r.arrange(x), r.dims, out);
+  if (!x.device().is_cpu()) kernels::device_kernels(x).reduce->reduce(op, r.arrange(x), r.dims, out);
   else cpu::reduce(op, r.arrange(x), r.dims, out);
   return out;
 }
@@ -102,7 +103,7 @@ Tensor reduce_arg(const char* op, cpu::Extreme which, const Tensor& x, const Red
   HEADROOM_CHECK(r.dims.n > 0, "[", op, "] cannot reduce over an empty dimension (input shape ",
                  shape_str(x.shape()), ")");
   Tensor indices = Tensor::empty(r.out_shape, DType::i32, x.device());
-  if (x.device().is_cuda()) cuda::reduce_kernels().reduce_arg(which, r.arrange(x), r.dims, values, indices);
+  if (!x.device().is_cpu()) kernels::device_kernels(x).reduce->reduce_arg(which, r.arrange(x), r.dims, values, indices);
   else cpu::reduce_arg(which, r.arrange(x), r.dims, values, indices);
   return indices;
 }
@@ -110,7 +111,7 @@ Tensor reduce_arg(const char* op, cpu::Extreme which, const Tensor& x, const Red
 // Running sums of x's [outer, n, inner] data (contiguous) along n, in x's shape.
 Tensor running_sums(const Tensor& x, const ReduceLayout& r, bool reverse) {
   Tensor out = Tensor::empty(r.x_shape, x.dtype(), x.device());
-  if (x.device().is_cuda()) cuda::reduce_kernels().running_sum(x, r.dims, reverse, out);
+  if (!x.device().is_cpu()) kernels::device_kernels(x).reduce->running_sum(x, r.dims, reverse, out);
   else cpu::running_sum(x, r.dims, reverse, out);
   return out;
 }
@@ -125,7 +126,7 @@ Tensor extreme(const char* op, cpu::Extreme which, const Tensor& x, const std::v
                    [r](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor grad = Tensor::empty({r.dims.outer, r.dims.n, r.dims.inner}, g.dtype(), g.device());
                      Tensor gc = g.contiguous();
-                     if (g.device().is_cuda()) cuda::reduce_kernels().scatter_to_indices(gc, s[0], r.dims, grad);
+                     if (!g.device().is_cpu()) kernels::device_kernels(g).reduce->scatter_to_indices(gc, s[0], r.dims, grad);
                      else cpu::scatter_to_indices(gc, s[0], r.dims, grad);
                      grads.add(0, r.unarrange(grad));
                    });

@@ -2,9 +2,9 @@
 // segment), top-k, index_select, and the gather / grouped-matmul / weighted
 // scatter ops that move rows through a plan.  Each op's backward sits below
 // its forward; gather and scatter are each other's transposes and share their
-// kernels, so no kernel exists twice.  Tensors on a CUDA device go to the
-// kernels of cuda/routing.h, which mirror the CPU ones; each op keeps the
-// device branch in one helper.
+// kernels, so no kernel exists twice.  Tensors on another device go to its
+// kernels (ops/kernels/routing.h), which mirror the CPU ones; each op keeps
+// the device branch in one helper.
 #include "headroom/ops/routing.h"
 
 #include <tuple>
@@ -12,16 +12,15 @@
 #include <vector>
 
 #include "headroom/autograd/node.h"
-#include "headroom/cuda/routing.h"
 #include "headroom/ops/cpu/routing.h"
+#include "headroom/ops/kernels/registry.h"
+#include "headroom/ops/kernels/routing.h"
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/reduce.h"
 
 namespace headroom {
 
 namespace {
-
-bool on_cuda(const Tensor& t) { return t.device().is_cuda(); }
 
 // The plan's host helpers read its arrays directly.
 void check_host_plan(const Tensor& t, const char* helper) {
@@ -50,7 +49,7 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
   plan.k = indices.size(1);
   plan.num_segments = num_segments;
   const int64_t pairs = plan.rows();
-  if (on_cuda(indices)) {
+  if (!indices.device().is_cpu()) {
     // Built on the device with no host synchronisation.  The range check runs
     // there too and reports a bad index at a later call (cuda/routing.cu says
     // why); until then bad indices count as segment 0, so nothing reads out
@@ -58,14 +57,14 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
     // find their segments on the device.
     const Device device = indices.device();
     Tensor chosen = Tensor::empty({pairs}, DType::i32, device);  // pair p -> segment
-    cuda::routing_kernels().check_indices(indices.contiguous().reshape({pairs}), num_segments,
-                                          cuda::IndexUse::route_segment, plan.k, chosen);
+    kernels::device_kernels(indices).routing->check_indices(indices.contiguous().reshape({pairs}), num_segments,
+                                          kernels::IndexUse::route_segment, plan.k, chosen);
     plan.offsets = Tensor::empty({num_segments + 1}, DType::i32, device);
     plan.order = Tensor::empty({pairs}, DType::i32, device);
     plan.position = Tensor::empty({pairs}, DType::i32, device);
     plan.segment = Tensor::empty({pairs}, DType::i32, device);
     plan.counts = Tensor::empty({num_segments}, DType::i32, device);
-    cuda::routing_kernels().route(chosen, num_segments, plan.offsets, plan.order, plan.position, plan.segment,
+    kernels::device_kernels(indices).routing->route(chosen, num_segments, plan.offsets, plan.order, plan.position, plan.segment,
                                   plan.counts);
     return plan;
   }
@@ -130,7 +129,7 @@ void check_gates(const char* op, const Tensor& gates, const Tensor& y, const Rou
 void run_gather_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor& pair, int64_t group,
                      const Tensor& scale, const Tensor& out) {
   if (out.numel() == 0) return;
-  if (on_cuda(src)) return cuda::routing_kernels().gather_rows(src, outer, width, pair, group, scale, out);
+  if (!src.device().is_cpu()) return kernels::device_kernels(src).routing->gather_rows(src, outer, width, pair, group, scale, out);
   const int64_t src_rows = src.numel() / (outer * width), rows = pair.numel();
   auto gather = [&](auto zero) {
     using T = decltype(zero);
@@ -148,8 +147,8 @@ void run_gather_rows(const Tensor& src, int64_t outer, int64_t width, const Tens
 void run_sum_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor& starts, int64_t group,
                   const Tensor& row, const Tensor& weight, int64_t dests, const Tensor& out) {
   if (out.numel() == 0) return;
-  if (on_cuda(src))
-    return cuda::routing_kernels().sum_rows(src, outer, width, starts, group, row, weight, dests, out);
+  if (!src.device().is_cpu())
+    return kernels::device_kernels(src).routing->sum_rows(src, outer, width, starts, group, row, weight, dests, out);
   std::vector<int32_t> uniform;
   if (!starts.defined())
     for (int64_t d = 0; d <= dests; ++d) uniform.push_back(int32_t(d * group));
@@ -169,8 +168,8 @@ void run_sum_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor&
 enum class Along { take, put };
 void run_along_rows(Along along, const Tensor& src, const Tensor& index, int64_t rows, int64_t n, int64_t k,
                     const Tensor& out) {
-  if (on_cuda(src)) {
-    cuda::RoutingKernels& kernels = cuda::routing_kernels();
+  if (!src.device().is_cpu()) {
+    kernels::RoutingKernels& kernels = *kernels::device_kernels(src).routing;
     if (along == Along::take) return kernels.take_along_rows(src, index, rows, n, k, out);
     return kernels.put_along_rows(src, index, rows, n, k, out);
   }
@@ -184,12 +183,12 @@ void run_along_rows(Along along, const Tensor& src, const Tensor& index, int64_t
 // The indices to read with, each checked against [0, limit).  On the host
 // bad_index(position, value) is called for a bad one and throws; on CUDA the check
 // runs on the device, a bad index is read as 0 and a later call reports it
-// (cuda/routing.h).  flat: i32 [count], contiguous.
+// (ops/kernels/routing.h).  flat: i32 [count], contiguous.
 template <typename Message>
-Tensor checked_indices(const Tensor& flat, int64_t limit, cuda::IndexUse use, Message&& bad_index) {
-  if (on_cuda(flat)) {
+Tensor checked_indices(const Tensor& flat, int64_t limit, kernels::IndexUse use, Message&& bad_index) {
+  if (!flat.device().is_cpu()) {
     Tensor safe = Tensor::empty(flat.shape(), DType::i32, flat.device());
-    cuda::routing_kernels().check_indices(flat, limit, use, 1, safe);
+    kernels::device_kernels(flat).routing->check_indices(flat, limit, use, 1, safe);
     return safe;
   }
   const int32_t* idx = flat.data<int32_t>();
@@ -236,8 +235,8 @@ std::pair<Tensor, Tensor> gate_rows_backward(const Tensor& y, const Tensor& gate
 Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, int64_t tokens, int64_t k) {
   Tensor a = y.contiguous(), b = dout.contiguous();
   Tensor out = Tensor::empty({tokens, k}, y.dtype(), y.device());
-  if (on_cuda(a)) {
-    cuda::routing_kernels().row_dots(a, position, b, k, y.size(1), out);
+  if (!a.device().is_cpu()) {
+    kernels::device_kernels(a).routing->row_dots(a, position, b, k, y.size(1), out);
     return out;
   }
   dispatch_floating(y.dtype(), [&](auto zero) {
@@ -250,7 +249,7 @@ Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, in
 
 // An operand of the grouped GEMMs: rows [R, width] in grouped order, or (with
 // order) token rows [N, width] read through a plan's order, k slots per token.
-using Rows = cuda::GroupedOperand;
+using Rows = kernels::GroupedOperand;
 
 template <typename T>
 cpu::GroupedRows<T> grouped_rows(const Rows& x) {
@@ -267,8 +266,8 @@ Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64
   Tensor out = Tensor::empty(out_shape, w.dtype(), w.device());  // the segments cover every row
   Rows a{x.data.contiguous(), x.order, x.k};
   Tensor b = w.contiguous();
-  if (on_cuda(b)) {
-    cuda::routing_kernels().segment_matmul(a, b, offsets, transpose_w, out);
+  if (!b.device().is_cpu()) {
+    kernels::device_kernels(b).routing->segment_matmul(a, b, offsets, transpose_w, out);
     return out;
   }
   dispatch_floating(w.dtype(), [&](auto zero) {
@@ -291,8 +290,8 @@ Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offs
   if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, w.dtype(), w.device());
   Tensor out = Tensor::empty(out_shape, w.dtype(), w.device());  // every token row is written
   Tensor a = y.contiguous(), b = w.contiguous();
-  if (on_cuda(b)) {
-    cuda::routing_kernels().segment_matmul_scatter(a, position, k, offsets, b, transpose_w, out);
+  if (!b.device().is_cpu()) {
+    kernels::device_kernels(b).routing->segment_matmul_scatter(a, position, k, offsets, b, transpose_w, out);
     return out;
   }
   dispatch_floating(w.dtype(), [&](auto zero) {
@@ -310,8 +309,8 @@ Tensor segment_gemm_weight_grad(const Rows& x, const Rows& dy, const Tensor& off
   if (shape_numel(w_shape) == 0) return Tensor::zeros(w_shape, dy.data.dtype(), device);
   Tensor dw = Tensor::empty(w_shape, dy.data.dtype(), device);  // the kernel zeroes slices no row uses
   Rows a{x.data.contiguous(), x.order, x.k}, b{dy.data.contiguous(), dy.order, dy.k};
-  if (on_cuda(dw)) {
-    cuda::routing_kernels().segment_matmul_weight_grad(a, b, offsets, dw);
+  if (!dw.device().is_cpu()) {
+    kernels::device_kernels(dw).routing->segment_matmul_weight_grad(a, b, offsets, dw);
     return dw;
   }
   dispatch_floating(dw.dtype(), [&](auto zero) {
@@ -360,8 +359,8 @@ TopK topk(const Tensor& x, int64_t k) {
   out_shape.back() = k;
   Tensor src = x.contiguous();
   TopK result{Tensor::empty(out_shape, x.dtype(), x.device()), Tensor::empty(out_shape, DType::i32, x.device())};
-  if (on_cuda(src)) {
-    cuda::routing_kernels().topk_indices(src, rows, n, k, result.indices);
+  if (!src.device().is_cpu()) {
+    kernels::device_kernels(src).routing->topk_indices(src, rows, n, k, result.indices);
   } else {
     dispatch_floating(x.dtype(), [&](auto zero) {
       using T = decltype(zero);
@@ -397,9 +396,9 @@ Tensor put_along_rows(const Tensor& values, const Tensor& indices, int64_t n) {
   Shape out_shape = values.shape();
   out_shape.back() = n;
   // On CUDA a bad index is written to column 0, which rows of size 0 lack.
-  HEADROOM_CHECK(!on_cuda(indices) || n > 0 || indices.numel() == 0, "[", op, "] cannot put ", k,
+  HEADROOM_CHECK(indices.device().is_cpu() || n > 0 || indices.numel() == 0, "[", op, "] cannot put ", k,
                  " values per row into rows of size 0");
-  Tensor index = checked_indices(indices.contiguous().reshape({-1}), n, cuda::IndexUse::put_column,
+  Tensor index = checked_indices(indices.contiguous().reshape({-1}), n, kernels::IndexUse::put_column,
                                  [&](int64_t i, int32_t value) {
                                    HEADROOM_FAIL("[", op, "] index ", value, " at position ", i, " is outside [0, n = ",
                                                  n, ")");
@@ -434,9 +433,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
   for (int i = d + 1; i < x.dim(); ++i) inner *= x.size(i);
   // On CUDA a bad index reads row 0 (cuda/routing.cu says why); a dimension
   // of size 0 has no row 0 to read instead, and every index is bad: refuse it here.
-  HEADROOM_CHECK(!on_cuda(indices) || size > 0 || count == 0, "[index_select] cannot select ", count,
+  HEADROOM_CHECK(indices.device().is_cpu() || size > 0 || count == 0, "[index_select] cannot select ", count,
                  " indices from dimension ", d, " of size 0 in shape ", shape_str(x.shape()));
-  Tensor index = checked_indices(indices.contiguous().reshape({count}), size, cuda::IndexUse::select_row,
+  Tensor index = checked_indices(indices.contiguous().reshape({count}), size, kernels::IndexUse::select_row,
                                  [&](int64_t i, int32_t value) {
                                    HEADROOM_FAIL("[index_select] index ", value, " at position ", i,
                                                  " is out of range for dimension ", d, " of size ", size,
@@ -552,7 +551,7 @@ Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, con
   check_gates(op, gates, y_grouped, plan);
   // y: [N*k, in], w: [E, in, out], gates: [N, k]  ->  out: [N, out]
   const int64_t rows = plan.rows(), tokens = plan.num_tokens, k = plan.k;
-  if (gates.defined() && on_cuda(y_grouped))  // the CUDA kernel has no gates: scale the rows first
+  if (gates.defined() && !y_grouped.device().is_cpu())  // the CUDA kernel has no gates: scale the rows first
     return segment_matmul_scatter(y_grouped * index_select(gates.reshape({rows}), 0, plan.order).unsqueeze(1),
                                   weight, plan);
   Tensor flat_gates = gates.defined() ? gates.contiguous().reshape({rows}) : Tensor();  // [N*k], pair order

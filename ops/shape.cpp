@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/autograd/node.h"
 #include "headroom/core/backend.h"
 #include "headroom/ops/reduce.h"

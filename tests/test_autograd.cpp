@@ -1,6 +1,7 @@
 // The autograd engine: topological order, accumulation, seeds, freeing the
 // graph, version counters, NoGradGuard, and gradcheck itself.  Uses only shape
 // ops so that it tests the engine, not arithmetic kernels.
+#include "headroom/autograd/node.h"
 #include "helpers.h"
 
 using namespace headroom;

@@ -85,7 +85,6 @@ constexpr double kAtol32 = 1e-4, kRtol32 = 1e-4;
 }  // namespace
 
 TEST_CASE("cuda attention: dense forward and backward match the CPU over T, S, d_h, causal offsets and h_kv") {
-  HEADROOM_REQUIRE_CUDA();
   struct Case {
     int64_t B, h, h_kv, T, S, d;
     bool causal;
@@ -115,7 +114,6 @@ TEST_CASE("cuda attention: dense forward and backward match the CPU over T, S, d
 }
 
 TEST_CASE("cuda attention: non-contiguous q, k, v and an explicit scale") {
-  HEADROOM_REQUIRE_CUDA();
   AttentionOptions o;
   o.scale = 0.3;
   o.causal = true;
@@ -128,7 +126,6 @@ TEST_CASE("cuda attention: non-contiguous q, k, v and an explicit scale") {
 }
 
 TEST_CASE("cuda attention: key padding with a fully padded sequence, causal or not, h_kv = h or 1") {
-  HEADROOM_REQUIRE_CUDA();
   const int64_t B = 3, h = 2, T = 37, d = 24;
   std::vector<int64_t> every_key(T);
   for (int64_t s = 0; s < T; ++s) every_key[s] = s;
@@ -146,7 +143,6 @@ TEST_CASE("cuda attention: key padding with a fully padded sequence, causal or n
 }
 
 TEST_CASE("cuda attention: dropout reproduces the CPU mask, dense and routed, h_kv = h or 1") {
-  HEADROOM_REQUIRE_CUDA();
   const int64_t B = 2, h = 3, T = 45, d = 32;
   const AttentionOptions o = causal_with_dropout(0.2);
   Tensor mask = padding_mask(B, T, {{4}, {0, 1, 44}});
@@ -162,7 +158,6 @@ TEST_CASE("cuda attention: dropout reproduces the CPU mask, dense and routed, h_
 }
 
 TEST_CASE("cuda routed_attention: an empty head, T = 1, causal with padding, h_kv = h or 1") {
-  HEADROOM_REQUIRE_CUDA();
   const int64_t B = 2, h = 4, T = 70, d = 32;
   RoutePlan plan = random_plan(B * T, 2, h, true, 6);  // head 3 gets no rows
   REQUIRE(plan.counts.to_vector<int32_t>()[3] == 0);
@@ -184,7 +179,6 @@ TEST_CASE("cuda routed_attention: an empty head, T = 1, causal with padding, h_k
 }
 
 TEST_CASE("cuda attention f64: dense and routed with every option on") {
-  HEADROOM_REQUIRE_CUDA();
   const int64_t B = 2, h = 2, T = 65, d = 40;
   const AttentionOptions o = causal_with_dropout(0.1);
   Tensor mask = padding_mask(B, T, {{7, 64}, {1}});
@@ -200,7 +194,6 @@ TEST_CASE("cuda attention f64: dense and routed with every option on") {
 }
 
 TEST_CASE("cuda attention: routed over every (token, head) pair equals dense, and reruns are bitwise equal") {
-  HEADROOM_REQUIRE_CUDA();
   const int64_t B = 2, h = 3, T = 50, d = 32;
   const AttentionOptions o = causal_with_dropout(0.1);
   std::vector<Tensor> in = qkv(B, h, 1, T, T, d, 70);
@@ -231,7 +224,6 @@ TEST_CASE("cuda attention: routed over every (token, head) pair equals dense, an
 }
 
 TEST_CASE("cuda attention errors: d_h above the kernels' limit, mask on another device") {
-  HEADROOM_REQUIRE_CUDA();
   std::vector<Tensor> big = qkv(1, 1, 1, 2, 2, 257, 80);
   CHECK_THROWS_HEADROOM(attention(big[0].to(Device::cuda()), big[1].to(Device::cuda()), big[2].to(Device::cuda())),
                         "[attention] CUDA kernels take a head dimension d_h <= 256, got 257");

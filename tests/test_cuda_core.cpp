@@ -7,7 +7,6 @@ using headroom::testing::check_parity;
 using headroom::testing::compare;
 
 TEST_CASE("cuda: round trip through the device keeps every dtype") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(3);
   for (DType dtype : {DType::f32, DType::f64}) {
     Tensor x = Tensor::randn({3, 5, 7}, gen, dtype);
@@ -22,7 +21,6 @@ TEST_CASE("cuda: round trip through the device keeps every dtype") {
 }
 
 TEST_CASE("cuda: strided and broadcast copies with dtype conversion match the CPU") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(4);
   Tensor x = Tensor::randn({4, 6, 5}, gen);
   Tensor xd = x.to(Device::cuda());
@@ -40,7 +38,6 @@ TEST_CASE("cuda: strided and broadcast copies with dtype conversion match the CP
 }
 
 TEST_CASE("cuda: fill_, zeros and full on the device") {
-  HEADROOM_REQUIRE_CUDA();
   Tensor t = Tensor::zeros({3, 4}, DType::f32, Device::cuda());
   CHECK(t.to(Device::cpu()).to_vector<float>() == std::vector<float>(12, 0.f));
   t.slice(1, 0, 4, 2).fill_(2.5);
@@ -51,14 +48,12 @@ TEST_CASE("cuda: fill_, zeros and full on the device") {
 }
 
 TEST_CASE("cuda: autograd through to(device) returns the gradient to the CPU") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(5);
   check_parity([](const std::vector<Tensor>& in) { return in[0].t().contiguous(); },
                {Tensor::randn({3, 4}, gen)}, 0);
 }
 
 TEST_CASE("cuda: the caching allocator reuses blocks and reports its statistics") {
-  HEADROOM_REQUIRE_CUDA();
   Backend& gpu = backend(Device::cuda());
   gpu.empty_cache();
   const size_t active_before = gpu.memory_stats().active_bytes;
@@ -77,7 +72,6 @@ TEST_CASE("cuda: the caching allocator reuses blocks and reports its statistics"
 }
 
 TEST_CASE("cuda: out of memory names the request and what is held") {
-  HEADROOM_REQUIRE_CUDA();
   // 2^40 floats = 4 TiB: more than any GPU has.
   CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 40}, DType::f32, Device::cuda()),
                        doctest::Contains("out of memory: tried to allocate 4194304.0 MiB"), Error);

@@ -69,7 +69,6 @@ Tensor unary_input(const NamedUnary& op, const Shape& shape, Generator& gen, DTy
 }  // namespace
 
 TEST_CASE("cuda elementwise: binary ops with broadcasting, odd and empty shapes (f32)") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(11);
   const std::vector<std::pair<Shape, Shape>> shapes = {
       {{7, 33}, {7, 33}}, {{3, 1, 5}, {4, 5}}, {{257}, {1}}, {{1}, {2, 257}}, {{}, {2, 3}},
@@ -84,7 +83,6 @@ TEST_CASE("cuda elementwise: binary ops with broadcasting, odd and empty shapes 
 }
 
 TEST_CASE("cuda elementwise: binary ops on permuted, sliced and expanded operands") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(12);
   for (const NamedBinary& op : kBinaryOps) {
     INFO(op.name);
@@ -98,7 +96,6 @@ TEST_CASE("cuda elementwise: binary ops on permuted, sliced and expanded operand
 }
 
 TEST_CASE("cuda elementwise: binary ops in f64") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(13);
   for (const NamedBinary& op : kBinaryOps) {
     INFO(op.name);
@@ -108,7 +105,6 @@ TEST_CASE("cuda elementwise: binary ops in f64") {
 }
 
 TEST_CASE("cuda elementwise: double operands and operators") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(14);
   check_parity(
       [](const Inputs& in) {
@@ -120,7 +116,6 @@ TEST_CASE("cuda elementwise: double operands and operators") {
 }
 
 TEST_CASE("cuda elementwise: activations and their gradients (f32)") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(15);
   for (const NamedUnary& op : kUnaryOps) {
     INFO(op.name);
@@ -135,7 +130,6 @@ TEST_CASE("cuda elementwise: activations and their gradients (f32)") {
 }
 
 TEST_CASE("cuda elementwise: activations in f64") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(16);
   for (const NamedUnary& op : kUnaryOps) {
     INFO(op.name);
@@ -145,7 +139,6 @@ TEST_CASE("cuda elementwise: activations in f64") {
 }
 
 TEST_CASE("cuda elementwise: more elements than one grid covers (grid-stride loop)") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(17);
   // 65535 blocks of 256 threads cover 16776960 elements; this has more.
   check_parity([](const Inputs& in) { return sigmoid(in[0]) * in[1]; },
@@ -153,7 +146,6 @@ TEST_CASE("cuda elementwise: more elements than one grid covers (grid-stride loo
 }
 
 TEST_CASE("cuda elementwise: comparisons over every dtype, with broadcasting") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(18);
   using CompareFn = Tensor (*)(const Tensor&, const Tensor&);
   const CompareFn ops[] = {headroom::eq, headroom::ne, headroom::lt, headroom::le, headroom::gt, headroom::ge};
@@ -172,7 +164,6 @@ TEST_CASE("cuda elementwise: comparisons over every dtype, with broadcasting") {
 }
 
 TEST_CASE("cuda elementwise: logical and, or, not on broadcast and transposed masks") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(19);
   Inputs masks = {gt(Tensor::randn({3, 1, 5}, gen), 0.0), gt(Tensor::randn({5, 4}, gen), 0.0)};
   check_parity([](const Inputs& in) { return logical_and(in[0], in[1].t()).to(DType::f32); }, masks, 0);
@@ -182,7 +173,6 @@ TEST_CASE("cuda elementwise: logical and, or, not on broadcast and transposed ma
 }
 
 TEST_CASE("cuda elementwise: where, forward and backward, with broadcasting") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(20);
   Tensor mask = gt(Tensor::randn({3, 1, 5}, gen), 0.0);
   // a: [4, 5] (transposed), b: 0-d; the gradient of each sums over broadcast dimensions.
@@ -198,7 +188,6 @@ TEST_CASE("cuda elementwise: where, forward and backward, with broadcasting") {
 }
 
 TEST_CASE("cuda elementwise: gradients summed over broadcast dimensions are identical run to run") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(21);
   Tensor a_host = Tensor::randn({1, 300}, gen), b_host = Tensor::randn({1000, 1}, gen);
   Tensor seed = Tensor::randn({1000, 300}, gen).to(Device::cuda());
@@ -215,7 +204,6 @@ TEST_CASE("cuda elementwise: gradients summed over broadcast dimensions are iden
 }
 
 TEST_CASE("cuda elementwise: device and dtype errors") {
-  HEADROOM_REQUIRE_CUDA();
   Tensor x = Tensor::ones({2}, DType::f32, Device::cuda());
   CHECK_THROWS_HEADROOM(add(x, Tensor::ones({2})), "different devices");
   CHECK_THROWS_HEADROOM(add(x, x.to(DType::f64)), "dtypes differ");

@@ -54,7 +54,6 @@ TrainOptions small_run(const std::string& ckpt_dir, const std::string& device) {
 }  // namespace
 
 TEST_CASE("cuda train: --device cuda follows the CPU run, reports device memory, and resumes on the CPU") {
-  HEADROOM_REQUIRE_CUDA();
   for (const std::string attention : {"moh", "mae"}) {  // AdamW, and MAE's two optimizers under BCD
     CAPTURE(attention);
     TempDir cpu_dir("cuda_train_cpu"), cuda_dir("cuda_train_cuda");

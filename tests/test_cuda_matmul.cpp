@@ -22,15 +22,14 @@ Tensor product(const Inputs& in) { return matmul(in[0], in[1]); }
 
 // Restores the TF32 setting when the test ends, even on failure.
 struct Tf32Scope {
-  explicit Tf32Scope(bool enabled) : previous(cuda::tf32_enabled()) { cuda::set_tf32(enabled); }
-  ~Tf32Scope() { cuda::set_tf32(previous); }
+  explicit Tf32Scope(bool enabled) : previous(allow_tf32()) { set_allow_tf32(enabled); }
+  ~Tf32Scope() { set_allow_tf32(previous); }
   bool previous;
 };
 
 }  // namespace
 
 TEST_CASE("cuda matmul: 2-D products at odd sizes, f32 and f64") {
-  HEADROOM_REQUIRE_CUDA();
   check_parity(product, {randn({3, 4}, 1), randn({4, 5}, 2)}, kTol32, kTol32);
   check_parity(product, {randn({33, 17}, 3), randn({17, 65}, 4)}, kTol32, kTol32);
   check_parity(product, {randn({1, 7}, 5), randn({7, 1}, 6)}, kTol32, kTol32);
@@ -38,7 +37,6 @@ TEST_CASE("cuda matmul: 2-D products at odd sizes, f32 and f64") {
 }
 
 TEST_CASE("cuda matmul: transposed operands read in place, and strided ones copied") {
-  HEADROOM_REQUIRE_CUDA();
   auto both_t = [](const Inputs& in) { return matmul(in[0].t(), in[1].t()); };
   check_parity(both_t, {randn({4, 3}, 1), randn({5, 4}, 2)}, kTol32, kTol32);
   check_parity([](const Inputs& in) { return matmul(in[0].t(), in[1]); },
@@ -54,7 +52,6 @@ TEST_CASE("cuda matmul: transposed operands read in place, and strided ones copi
 }
 
 TEST_CASE("cuda matmul: batched products, and 1-D operands promoted like torch.matmul") {
-  HEADROOM_REQUIRE_CUDA();
   check_parity(product, {randn({4, 3, 5}, 1), randn({4, 5, 2}, 2)}, kTol32, kTol32);
   // [2, 3, 4] · [4, 5]: the batch folds into the rows of one GEMM.
   check_parity(product, {randn({2, 3, 4}, 3), randn({4, 5}, 4)}, kTol32, kTol32);
@@ -74,7 +71,6 @@ TEST_CASE("cuda matmul: batched products, and 1-D operands promoted like torch.m
 // The gradients of broadcast operands are summed over the batch by
 // sum_to_shape (ops/shape.cpp), so this case also needs that op on CUDA.
 TEST_CASE("cuda matmul: broadcast batches") {
-  HEADROOM_REQUIRE_CUDA();
   // a broadcast whole: one strided call with a stride of 0.
   check_parity(product, {randn({3, 4}, 1), randn({6, 4, 5}, 2)}, kTol32, kTol32);
   // Mixed broadcasts: batch [2, 3] from [2, 1] and [3], and [4, 5] from [4, 1] and [1, 5]: runs of calls.
@@ -86,7 +82,6 @@ TEST_CASE("cuda matmul: broadcast batches") {
 }
 
 TEST_CASE("cuda matmul: linear with and without bias, and many rows for the bias gradient") {
-  HEADROOM_REQUIRE_CUDA();
   auto with_bias = [](const Inputs& in) { return linear(in[0], in[1], in[2]); };
   auto without_bias = [](const Inputs& in) { return linear(in[0], in[1]); };
   check_parity(with_bias, {randn({2, 3, 4}, 1), randn({5, 4}, 2), randn({5}, 3)}, kTol32, kTol32);
@@ -100,7 +95,6 @@ TEST_CASE("cuda matmul: linear with and without bias, and many rows for the bias
 }
 
 TEST_CASE("cuda matmul: empty dimensions give empty or zero results") {
-  HEADROOM_REQUIRE_CUDA();
   check_parity(product, {randn({0, 3}, 1), randn({3, 2}, 2)}, 0);
   check_parity(product, {randn({2, 0}, 3), randn({0, 3}, 4)}, 0);  // k = 0: zeros
   check_parity(product, {randn({0, 2, 3}, 5), randn({3, 2}, 6)}, 0);
@@ -112,7 +106,6 @@ TEST_CASE("cuda matmul: empty dimensions give empty or zero results") {
 }
 
 TEST_CASE("cuda matmul: TF32 tensor-core products stay close to FP32") {
-  HEADROOM_REQUIRE_CUDA();
   Tf32Scope tf32(true);
   // TF32 keeps 10 mantissa bits: relative errors near 1e-3 per product.
   // Sums of about 100 such terms: errors near 1e-2, against values near 10.
@@ -122,7 +115,6 @@ TEST_CASE("cuda matmul: TF32 tensor-core products stay close to FP32") {
 }
 
 TEST_CASE("cuda matmul: operands on two devices are refused") {
-  HEADROOM_REQUIRE_CUDA();
   CHECK_THROWS_HEADROOM(matmul(randn({2, 3}, 1).to(Device::cuda()), randn({3, 2}, 2)), "different devices");
   CHECK_THROWS_HEADROOM(
       linear(randn({2, 3}, 3).to(Device::cuda()), randn({4, 3}, 4).to(Device::cuda()), randn({4}, 5)),

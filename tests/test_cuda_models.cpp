@@ -110,7 +110,6 @@ std::pair<std::shared_ptr<DecoderLM>, std::shared_ptr<DecoderLM>> twin_models(co
 }  // namespace
 
 TEST_CASE("cuda models: forward outputs and aux losses of every attention type match the CPU") {
-  HEADROOM_REQUIRE_CUDA();
   for (const std::string type : kTypes) {
     CAPTURE(type);
     ModelConfig c = parity_config(type);
@@ -135,7 +134,6 @@ TEST_CASE("cuda models: forward outputs and aux losses of every attention type m
 }
 
 TEST_CASE("cuda models: a few AdamW (MAE: BCD) steps with clipping give the CPU's losses and parameters") {
-  HEADROOM_REQUIRE_CUDA();
   for (const std::string type : kTypes) {
     CAPTURE(type);
     ModelConfig c = parity_config(type);
@@ -150,7 +148,6 @@ TEST_CASE("cuda models: a few AdamW (MAE: BCD) steps with clipping give the CPU'
 }
 
 TEST_CASE("cuda models: routed equals dense-masked on the GPU (MoA self and cross, MoH learned and qnorm)") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(11);
   Tensor padding = padding_batch().narrow(1, 4, 5).contiguous().to(kCuda);  // [2, 5], row 1 ends padded
   Tensor x = Tensor::randn({2, 5, 16}, gen, DType::f64).to(kCuda);
@@ -186,7 +183,6 @@ TEST_CASE("cuda models: routed equals dense-masked on the GPU (MoA self and cros
 }
 
 TEST_CASE("cuda models: MoH with grouped KV heads and MAE's sampled and top-1 experts match the CPU") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(5);
   Tensor x = Tensor::randn({2, 5, 16}, gen);
   ModelConfig gqa = parity_config("moh");
@@ -218,7 +214,6 @@ TEST_CASE("cuda models: MoH with grouped KV heads and MAE's sampled and top-1 ex
 }
 
 TEST_CASE("cuda models: cached decoding on the GPU equals the full forward; greedy and beam search give the CPU's tokens") {
-  HEADROOM_REQUIRE_CUDA();
   for (const std::string type : kTypes) {
     CAPTURE(type);
     ModelConfig c = parity_config(type);
@@ -260,7 +255,6 @@ TEST_CASE("cuda models: cached decoding on the GPU equals the full forward; gree
 }
 
 TEST_CASE("cuda models: a checkpoint written from CUDA loads on the CPU (and back); training continues alike") {
-  HEADROOM_REQUIRE_CUDA();
   TempDir dir("cuda_models_ckpt");
   ModelConfig c = parity_config("moh");
   auto [on_cpu, on_cuda] = twin_models(c);
@@ -310,7 +304,6 @@ TEST_CASE("cuda models: a checkpoint written from CUDA loads on the CPU (and bac
 }
 
 TEST_CASE("cuda optimizers: SGD (momentum, nesterov), Adam, AdamW and clip_grad_norm match the CPU, f32 and f64") {
-  HEADROOM_REQUIRE_CUDA();
   using Make = std::function<std::unique_ptr<Optimizer>(std::vector<Tensor>)>;
   const std::vector<std::pair<const char*, Make>> optimizers = {
       {"sgd", [](std::vector<Tensor> p) { return std::make_unique<SGD>(std::move(p), 0.1); }},
@@ -371,7 +364,6 @@ TEST_CASE("cuda optimizers: SGD (momentum, nesterov), Adam, AdamW and clip_grad_
 }
 
 TEST_CASE("cuda models: Module::to(Device) moves parameters and buffers under the members' handles") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(2);
   struct WithBuffer : Module {
     std::shared_ptr<Linear> proj;
@@ -400,7 +392,6 @@ TEST_CASE("cuda models: Module::to(Device) moves parameters and buffers under th
 }
 
 TEST_CASE("cuda models: the routing recorder takes statistics from the GPU") {
-  HEADROOM_REQUIRE_CUDA();
   for (const std::string type : {"moa", "moh", "mae"}) {
     CAPTURE(type);
     ModelConfig c = parity_config(type);

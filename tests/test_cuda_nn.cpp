@@ -34,7 +34,6 @@ Tensor targets_with_ignored(int64_t rows, int64_t classes, int32_t ignored, uint
 }  // namespace
 
 TEST_CASE("cuda nn: softmax and log_softmax at 1, 7, 33 and 1000 columns, f32") {
-  HEADROOM_REQUIRE_CUDA();
   for (bool log : {false, true}) {
     auto fn = [log](const Inputs& in) { return log ? log_softmax(in[0], -1) : softmax(in[0], -1); };
     for (int64_t n : {1, 7, 33, 1000}) {
@@ -47,7 +46,6 @@ TEST_CASE("cuda nn: softmax and log_softmax at 1, 7, 33 and 1000 columns, f32") 
 }
 
 TEST_CASE("cuda nn: softmax over a non-last dimension, a permuted input, empty rows and f64") {
-  HEADROOM_REQUIRE_CUDA();
   for (bool log : {false, true}) {
     INFO("log ", log);
     auto over = [log](int64_t dim) {
@@ -65,14 +63,12 @@ TEST_CASE("cuda nn: softmax over a non-last dimension, a permuted input, empty r
 }
 
 TEST_CASE("cuda nn: softmax of an all -inf row is 0 with a 0 gradient") {
-  HEADROOM_REQUIRE_CUDA();
   Tensor x = randn({3, 7}, 4);
   x.select(0, 1).fill_(-std::numeric_limits<double>::infinity());
   check_parity([](const Inputs& in) { return softmax(in[0], -1); }, {x}, kAtol32, kRtol32);
 }
 
 TEST_CASE("cuda nn: layer_norm and rms_norm with and without affine, odd widths") {
-  HEADROOM_REQUIRE_CUDA();
   for (int64_t d : {1, 7, 33, 1000}) {
     INFO("d ", d);
     Tensor x = randn({6, d}, d), w = randn({d}, d + 1), b = randn({d}, d + 2);
@@ -85,7 +81,6 @@ TEST_CASE("cuda nn: layer_norm and rms_norm with and without affine, odd widths"
 }
 
 TEST_CASE("cuda nn: norms of a non-contiguous 3-D input, empty rows, and many rows in f64") {
-  HEADROOM_REQUIRE_CUDA();
   check_parity([](const Inputs& in) { return layer_norm(in[0].transpose(0, 2), in[1], in[2]); },
                {randn({7, 4, 3}, 1), randn({7}, 2), randn({7}, 3)}, 1e-4, kRtol32);
   // No rows: empty output, zero weight and bias gradients.
@@ -104,7 +99,6 @@ TEST_CASE("cuda nn: norms of a non-contiguous 3-D input, empty rows, and many ro
 }
 
 TEST_CASE("cuda nn: norm gradients are identical from run to run") {
-  HEADROOM_REQUIRE_CUDA();
   Tensor x = randn({300, 33}, 1).to(Device::cuda()), w = randn({33}, 2).to(Device::cuda());
   Tensor seed = randn({300, 33}, 3).to(Device::cuda());
   auto weight_grad = [&] {
@@ -117,7 +111,6 @@ TEST_CASE("cuda nn: norm gradients are identical from run to run") {
 }
 
 TEST_CASE("cuda nn: dropout keeps exactly the CPU's elements, forward and backward") {
-  HEADROOM_REQUIRE_CUDA();
   for (double p : {0.1, 0.5}) {
     auto fn = [p](const Inputs& in) {
       Generator gen(77);
@@ -133,7 +126,6 @@ TEST_CASE("cuda nn: dropout keeps exactly the CPU's elements, forward and backwa
 }
 
 TEST_CASE("cuda nn: embedding with repeated indices sums gradients in the CPU's order") {
-  HEADROOM_REQUIRE_CUDA();
   auto fn = [](const Inputs& in) { return embedding(in[0], in[1]); };
   Tensor repeated = Tensor::from_vector<int32_t>({3, 0, 3, 9, 3, 0, 5, 9, 9, 1, 3, 3}, {3, 4});
   for (int64_t d : {1, 7, 33, 1000}) {
@@ -151,7 +143,6 @@ TEST_CASE("cuda nn: embedding with repeated indices sums gradients in the CPU's 
 }
 
 TEST_CASE("cuda nn: cross_entropy for every reduction, ignored rows and label smoothing") {
-  HEADROOM_REQUIRE_CUDA();
   for (Reduction reduction : {Reduction::mean, Reduction::sum, Reduction::none})
     for (double smoothing : {0.0, 0.1})
       for (int64_t classes : {1, 7, 33, 1000}) {
@@ -168,7 +159,6 @@ TEST_CASE("cuda nn: cross_entropy for every reduction, ignored rows and label sm
 }
 
 TEST_CASE("cuda nn: cross_entropy of 3-D and strided logits, all ignored, empty, and f64") {
-  HEADROOM_REQUIRE_CUDA();
   auto with = [](Reduction reduction) {
     return [reduction](const Inputs& in) {
       CrossEntropyOptions opts;
@@ -193,7 +183,6 @@ TEST_CASE("cuda nn: cross_entropy of 3-D and strided logits, all ignored, empty,
 }
 
 TEST_CASE("cuda nn: bad device indices and targets, and inputs on two devices, fail with a message") {
-  HEADROOM_REQUIRE_CUDA();
   auto on_device = [](const std::vector<int32_t>& values) {
     return Tensor::from_vector(values).to(Device::cuda());
   };

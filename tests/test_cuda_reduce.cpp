@@ -55,7 +55,6 @@ const NamedReduction kReductions[] = {
 }  // namespace
 
 TEST_CASE("cuda reduce: sum, mean, logsumexp, max, min over every arrangement (f32)") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(31);
   for (const NamedReduction& op : kReductions) {
     for (const Case& c : kCases) {
@@ -67,7 +66,6 @@ TEST_CASE("cuda reduce: sum, mean, logsumexp, max, min over every arrangement (f
 }
 
 TEST_CASE("cuda reduce: max and min route the gradient to the first of tied elements") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(32);
   for (const NamedReduction& op : kReductions) {
     INFO(op.name);
@@ -80,7 +78,6 @@ TEST_CASE("cuda reduce: max and min route the gradient to the first of tied elem
 }
 
 TEST_CASE("cuda reduce: non-contiguous inputs and f64") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(33);
   for (const NamedReduction& op : kReductions) {
     INFO(op.name);
@@ -94,7 +91,6 @@ TEST_CASE("cuda reduce: non-contiguous inputs and f64") {
 }
 
 TEST_CASE("cuda reduce: cumsum along each dimension, non-contiguous, f32 and f64") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(35);
   for (int64_t dim : {0, 1, -1}) {
     INFO("dim ", dim);
@@ -106,7 +102,6 @@ TEST_CASE("cuda reduce: cumsum along each dimension, non-contiguous, f32 and f64
 }
 
 TEST_CASE("cuda reduce: var with both corrections") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(34);
   for (int64_t correction : {0, 1}) {
     check_parity([&](const Inputs& in) { return var(in[0], {1}, correction); }, {Tensor::randn({6, 257}, gen)},
@@ -119,7 +114,6 @@ TEST_CASE("cuda reduce: var with both corrections") {
 }
 
 TEST_CASE("cuda reduce: argmax and argmin, with ties") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(35);
   for (int64_t dim : {0, 1, -1}) {
     INFO("dim ", dim);
@@ -132,7 +126,6 @@ TEST_CASE("cuda reduce: argmax and argmin, with ties") {
 }
 
 TEST_CASE("cuda reduce: NaN wins max and min at its first position") {
-  HEADROOM_REQUIRE_CUDA();
   const float nan = NAN;
   // Rows: a NaN in the middle, two NaNs, none; reduced along the rows (inner 1) and down the columns.
   Tensor x = Tensor::from_vector<float>({1, nan, 3, 0, nan, 2, nan, 5, 4, -1, 7, 7, 0, -3, -3, 1}, {4, 4});
@@ -149,7 +142,6 @@ TEST_CASE("cuda reduce: NaN wins max and min at its first position") {
 }
 
 TEST_CASE("cuda reduce: empty slices and empty outputs") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(36);
   // Nothing to reduce into: [0, 4] over dim 1, and [4, 0] over dim 0.
   for (const NamedReduction& op : {kReductions[0], kReductions[1], kReductions[2]}) {
@@ -166,7 +158,6 @@ TEST_CASE("cuda reduce: empty slices and empty outputs") {
 }
 
 TEST_CASE("cuda reduce: logsumexp with -inf and +inf entries") {
-  HEADROOM_REQUIRE_CUDA();
   const float inf = INFINITY;
   // Rows: some -inf (masked), all -inf, one +inf among numbers, large values.
   Tensor x = Tensor::from_vector<float>({-inf, 1, -inf, 2, -inf, -inf, -inf, -inf, 3, inf, -1, 0, 1000, 999, 998, 0},
@@ -186,7 +177,6 @@ TEST_CASE("cuda reduce: logsumexp with -inf and +inf entries") {
 }
 
 TEST_CASE("cuda reduce: results are identical run to run") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(37);
   Tensor x = Tensor::randn({4096, 300}, gen).to(Device::cuda());
   for (int64_t dim : {0, 1}) {

@@ -71,7 +71,6 @@ Tensor randn(const Shape& shape, uint64_t seed, DType dtype = DType::f32) {
 // ---- route -------------------------------------------------------------------------
 
 TEST_CASE("cuda routing: route() builds the CPU's plan on the device") {
-  HEADROOM_REQUIRE_CUDA();
   std::vector<RoutingCase> cases = routing_cases();
   // The pairs cut into 6 chunks; into 3, fewer because of the segment count;
   // more segments than pairs; so many segments that one chunk holds all 5000
@@ -91,7 +90,6 @@ TEST_CASE("cuda routing: route() builds the CPU's plan on the device") {
 }
 
 TEST_CASE("cuda routing: bad indices on the device are reported by a later call") {
-  HEADROOM_REQUIRE_CUDA();
   Tensor good = Tensor::from_vector<int32_t>({0, 1, 3, 2}, {2, 2}).to(Device::cuda());
   // Pair 2 (token 1) and pair 4 are out of range; they count as segment 0.
   RoutePlan plan = route(Tensor::from_vector<int32_t>({0, 1, 4, 2, -1, 0}, {3, 2}).to(Device::cuda()), 4);
@@ -112,7 +110,6 @@ TEST_CASE("cuda routing: bad indices on the device are reported by a later call"
 }
 
 TEST_CASE("cuda routing: a plan on another device than the inputs is refused") {
-  HEADROOM_REQUIRE_CUDA();
   RoutePlan plan = route(random_indices(4, 2, 3, 1), 3);
   CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}, DType::f32, Device::cuda()), plan),
                         "[gather_rows] the route plan is on cpu but the inputs are on cuda:0");
@@ -123,7 +120,6 @@ TEST_CASE("cuda routing: a plan on another device than the inputs is refused") {
 // ---- topk ---------------------------------------------------------------------------
 
 TEST_CASE("cuda routing: topk matches the CPU, ties, NaN, values and gradient") {
-  HEADROOM_REQUIRE_CUDA();
   // Small integers make many ties; lengths 1, 7, 33 (more than a warp) and 100.
   for (int64_t n : {1, 7, 33, 100}) {
     Generator gen{uint64_t(n)};
@@ -151,7 +147,6 @@ TEST_CASE("cuda routing: topk matches the CPU, ties, NaN, values and gradient") 
 // ---- put_along_rows ----------------------------------------------------------------------
 
 TEST_CASE("cuda routing: put_along_rows matches the CPU, repeated indices, values and gradient") {
-  HEADROOM_REQUIRE_CUDA();
   // 300 rows (more than one block of threads), k = 3 of n = 4 with repeats; f32 and f64.
   for (DType dtype : {DType::f32, DType::f64}) {
     Tensor indices = random_indices(300, 3, 4, 21);
@@ -170,7 +165,6 @@ TEST_CASE("cuda routing: put_along_rows matches the CPU, repeated indices, value
 // ---- index_select -----------------------------------------------------------------------
 
 TEST_CASE("cuda routing: index_select forward and backward on every dimension") {
-  HEADROOM_REQUIRE_CUDA();
   Tensor x = randn({5, 6, 7}, 1);
   // Per dimension of the permuted view [6, 7, 5].
   const std::vector<int32_t> picks[3] = {{4, 1, 4, 0, 5}, {6, 0, 6}, {4, 4, 1, 0, 2, 4, 4}};
@@ -195,7 +189,6 @@ TEST_CASE("cuda routing: index_select forward and backward on every dimension") 
 // ---- gather_rows / scatter_add_rows ---------------------------------------------------------
 
 TEST_CASE("cuda routing: gather_rows and scatter_add_rows, with and without gates") {
-  HEADROOM_REQUIRE_CUDA();
   for (const RoutingCase& c : routing_cases()) {
     INFO(c.name);
     const int64_t tokens = c.indices.size(0), k = c.indices.size(1), segments = c.segments;
@@ -226,7 +219,6 @@ TEST_CASE("cuda routing: gather_rows and scatter_add_rows, with and without gate
 const std::vector<std::pair<int64_t, int64_t>> kMatmulWidths = {{70, 33}, {1, 130}, {17, 1}};
 
 TEST_CASE("cuda routing: segment_matmul forward and backward (tiled, empty segments)") {
-  HEADROOM_REQUIRE_CUDA();
   for (const RoutingCase& c : routing_cases()) {
     const int64_t rows = c.indices.numel(), segments = c.segments;
     for (auto [in, out] : kMatmulWidths) {
@@ -246,7 +238,6 @@ TEST_CASE("cuda routing: segment_matmul forward and backward (tiled, empty segme
 }
 
 TEST_CASE("cuda routing: gather_segment_matmul and segment_matmul_scatter forward and backward") {
-  HEADROOM_REQUIRE_CUDA();
   for (const RoutingCase& c : routing_cases()) {
     const int64_t tokens = c.indices.size(0), rows = c.indices.numel(), segments = c.segments;
     for (auto [in, out] : kMatmulWidths) {
@@ -275,7 +266,6 @@ TEST_CASE("cuda routing: gather_segment_matmul and segment_matmul_scatter forwar
 }
 
 TEST_CASE("cuda routing: grouped matmul gradients are identical run to run") {
-  HEADROOM_REQUIRE_CUDA();
   RoutingCase first = routing_cases()[0];
   Tensor indices = first.indices.to(Device::cuda());
   Tensor seed = randn({70, 50}, 3).to(Device::cuda());

@@ -14,7 +14,6 @@ using Inputs = std::vector<Tensor>;
 }  // namespace
 
 TEST_CASE("cuda shape: reshape, view, flatten, squeeze and unsqueeze") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(41);
   check_parity([](const Inputs& in) { return in[0].reshape({5, -1}).view({35, 3}).unsqueeze(1).flatten(); },
                {Tensor::randn({3, 5, 7}, gen)}, 0);
@@ -24,7 +23,6 @@ TEST_CASE("cuda shape: reshape, view, flatten, squeeze and unsqueeze") {
 }
 
 TEST_CASE("cuda shape: permute, transpose and contiguous") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(42);
   check_parity([](const Inputs& in) { return in[0].permute({2, 0, 1}).transpose(0, 2).contiguous(); },
                {Tensor::randn({4, 6, 5}, gen)}, 0);
@@ -32,7 +30,6 @@ TEST_CASE("cuda shape: permute, transpose and contiguous") {
 }
 
 TEST_CASE("cuda shape: slice, narrow and select scatter their gradient back") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(43);
   check_parity([](const Inputs& in) { return in[0].slice(1, 1, 8, 3).narrow(0, 1, 2); },
                {Tensor::randn({4, 9, 2}, gen)}, 0);
@@ -42,7 +39,6 @@ TEST_CASE("cuda shape: slice, narrow and select scatter their gradient back") {
 }
 
 TEST_CASE("cuda shape: expand sums its gradient back") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(44);
   check_parity([](const Inputs& in) { return in[0].expand({2, 3, 4}); }, {Tensor::randn({3, 1}, gen)}, 1e-5, 1e-5);
   check_parity([](const Inputs& in) { return in[0].expand({257, 33}); }, {Tensor::randn({33}, gen)}, 1e-5, 1e-5);
@@ -51,7 +47,6 @@ TEST_CASE("cuda shape: expand sums its gradient back") {
 }
 
 TEST_CASE("cuda shape: clone and dtype conversions carry gradients") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(45);
   check_parity([](const Inputs& in) { return in[0].t().clone().to(DType::f64) * 3.0; }, {Tensor::randn({6, 5}, gen)},
                1e-6, 1e-6);
@@ -59,7 +54,6 @@ TEST_CASE("cuda shape: clone and dtype conversions carry gradients") {
 }
 
 TEST_CASE("cuda shape: cat and stack, with an empty piece") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(46);
   Inputs pieces = {Tensor::randn({2, 3, 5}, gen), Tensor::randn({2, 0, 5}, gen), Tensor::randn({2, 4, 5}, gen)};
   check_parity([](const Inputs& in) { return cat(in, 1); }, pieces, 0);
@@ -72,7 +66,6 @@ TEST_CASE("cuda shape: cat and stack, with an empty piece") {
 }
 
 TEST_CASE("cuda shape: sum_to_shape on the device") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(47);
   Tensor g = Tensor::randn({2, 3, 4}, gen);
   Tensor gd = g.to(Device::cuda());
@@ -87,7 +80,6 @@ TEST_CASE("cuda shape: sum_to_shape on the device") {
 }
 
 TEST_CASE("cuda shape: the engine accumulates gradients on the device") {
-  HEADROOM_REQUIRE_CUDA();
   Generator gen(48);
   // x reaches the output three times (one through a transpose): the node
   // gradients are summed by accumulate().

@@ -151,10 +151,10 @@ TEST_CASE("train: --device cuda without a device fails with the CUDA build and d
   bad.device = "gpu";
   CHECK_THROWS_HEADROOM(train(task, bad), "expected cpu, cuda or cuda:N");
   TrainOptions missing = small_run("");
-  missing.device = "cuda:" + std::to_string(cuda::device_count());  // one past the last device
-  const std::string versions = cuda::version_string();
+  missing.device = "cuda:" + std::to_string(device_count(Device::Kind::cuda));  // one past the last device
+  const std::string versions = device_summary(Device::Kind::cuda);
   CHECK_THROWS_HEADROOM(train(task, missing), versions.c_str());
-  if (cuda::is_available()) return;  // the rest is for machines without a device
+  if (device_count(Device::Kind::cuda) > 0) return;  // the rest is for machines without a device
   TrainOptions cuda = small_run("");
   cuda.device = "cuda";
   const std::string refusal = "[train] --device cuda is not available: " + versions;

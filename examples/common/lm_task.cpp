@@ -6,7 +6,7 @@
 #include "headroom/examples/common/report.h"
 #include "headroom/examples/common/text_data.h"
 #include "headroom/examples/common/tokenizer.h"
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/models/decoding.h"
 #include "headroom/models/stats.h"
 #include "headroom/ops/nn.h"

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/core/atomic_file.h"
 #include "headroom/examples/common/bleu.h"
 #include "headroom/examples/common/parallel_data.h"

@@ -7,11 +7,10 @@
 #include <filesystem>
 #include <sstream>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/core/backend.h"
 #include "headroom/core/safetensors.h"
 #include "headroom/core/threading.h"
-#include "headroom/cuda/cuda.h"
 #include "headroom/examples/common/progress.h"
 #include "headroom/models/bcd.h"
 #include "headroom/models/optim.h"
@@ -288,15 +287,16 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
 Device training_device(const std::string& name) {
   const Device device = Device::parse(name);
   if (device.is_cpu()) return device;
-  HEADROOM_CHECK(cuda::is_available(), "[train] --device ", name, " is not available: ", cuda::version_string());
-  HEADROOM_CHECK(device.index < cuda::device_count(), "[train] --device ", name, " does not exist: ",
-                 cuda::version_string());
+  HEADROOM_CHECK(device_count(device.kind) > 0, "[train] --device ", name, " is not available: ",
+                 device_summary(device.kind));
+  HEADROOM_CHECK(device.index < device_count(device.kind), "[train] --device ", name, " does not exist: ",
+                 device_summary(device.kind));
   return device;
 }
 
 std::string run_config_table(const Flags& flags, const TrainOptions& options) {
   std::vector<std::pair<std::string, std::string>> rows = flags.values();
-  if (training_device(options.device).is_cuda()) rows.emplace_back("cuda", cuda::version_string());
+  if (training_device(options.device).is_cuda()) rows.emplace_back("cuda", device_summary(Device::Kind::cuda));
   return config_table(rows);
 }
 
@@ -305,7 +305,7 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
   HEADROOM_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[train] --warmup ", o.warmup, " must be below --steps ", o.steps);
   HEADROOM_CHECK(!(o.resume || o.eval_only) || !o.ckpt_dir.empty(), "[train] --resume and --eval-only need --ckpt DIR");
   const Device device = training_device(o.device);
-  cuda::set_tf32(o.tf32);
+  set_allow_tf32(o.tf32);
   task.model().to(device);  // before the optimizers, whose state is made beside the parameters
   Optimization optimization(task, o);
   TrainResult result;

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "headroom/autograd/grad_mode.h"
+#include "headroom/core/grad_mode.h"
 #include "headroom/core/atomic_file.h"
 #include "headroom/examples/common/idx.h"
 #include "headroom/examples/common/image_folder.h"

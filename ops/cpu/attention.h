@@ -21,7 +21,8 @@
 // group of a batch, in order), so no atomics are needed and results do not
 // depend on the thread count.
 #include <cstdint>
-#include <vector>
+
+#include "headroom/ops/kernels/attention.h"
 
 namespace headroom::cpu {
 
@@ -30,35 +31,8 @@ namespace headroom::cpu {
 constexpr int64_t kQueryTile = 64;
 constexpr int64_t kKeyBlock = 64;
 
-struct AttentionGroup {
-  int64_t row_begin = 0, row_end = 0;  // rows [row_begin, row_end) of q
-  int64_t batch = 0, head = 0;
-};
-
-struct AttentionProblem {
-  int64_t batch = 0;     // B
-  int64_t d_h = 0;
-  int64_t heads = 0;     // h
-  int64_t kv_heads = 0;  // h_kv: h, or 1 (every head reads K/V head 0)
-  int64_t seq_len = 0;   // T: query positions per sequence (dropout index)
-  int64_t num_keys = 0;  // S
-  double scale = 1;
-  bool causal = false;
-  int64_t kv_strides[3] = {0, 0, 0};      // K and V element (b, head, s, c) at b·[0] + head·[1] + s·[2] + c
-  int64_t causal_offset = 0;              // key s visible to position t iff s <= t + offset
-  const uint8_t* key_padding = nullptr;   // [B, S], 1 = never attended; null = none
-  double dropout = 0;                     // drop probability on P
-  uint64_t dropout_seed = 0, dropout_first = 0;  // element (b, head, t, s) uses draw
-                                                  // first + ((b*h + head)*T + t)*S + s
-                                                  // (cpu::dropout_apply's convention)
-  std::vector<AttentionGroup> groups;
-  std::vector<int32_t> positions;  // [R]: query position t of each row
-  std::vector<int32_t> row_heads;  // [R]: the head of each row, when a group mixes heads
-                                   // (K/V shared); empty: every row has its group's head
-  const int32_t* row_of = nullptr;  // [R]: the caller's row (of q, out, lse, dout, dq) that
-                                    // kernel row i stands for, when the kernel takes the rows
-                                    // in another order; null: the same order
-};
+using kernels::AttentionGroup;
+using kernels::AttentionProblem;
 
 // q [R, d_h]; k, v [B, h_kv, S, d_h] laid out as p.kv_strides says (rows of
 // d_h contiguous; MoA's K and V are column slices of one projection); out

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "headroom/core/parallel.h"
-#include "headroom/ops/elementwise_math.h"
+#include "headroom/ops/kernels/elementwise_math.h"
 
 namespace headroom::cpu {
 namespace {

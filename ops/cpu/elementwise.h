@@ -8,18 +8,15 @@
 // Callers (ops/elementwise.cpp) validate dtypes, devices and shapes and
 // allocate the outputs; the kernels only compute.
 #include "headroom/core/tensor.h"
+#include "headroom/ops/kernels/elementwise.h"
 
 namespace headroom::cpu {
 
-enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum };
-enum class UnaryOp { neg, exp, log, sqrt, tanh, sigmoid, relu, gelu_erf, gelu_tanh, silu, abs, clamp };
-enum class CompareOp { eq, ne, lt, le, gt, ge };
-enum class LogicalOp { logical_and, logical_or };
-
-// The bounds of clamp; the other unary ops take no argument.
-struct UnaryArgs {
-  double min = 0, max = 0;
-};
+using kernels::BinaryOp;
+using kernels::CompareOp;
+using kernels::LogicalOp;
+using kernels::UnaryArgs;
+using kernels::UnaryOp;
 
 // out = op(a, b).  a, b: broadcastable to out's shape, f32 or f64 like out.
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);

@@ -5,14 +5,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "headroom/ops/kernels/matmul.h"
+
 namespace headroom::cpu {
 
-// How cblas reads one [rows, cols] operand: element (i, j) is at
-// data[i * ld + j], or at data[j * ld + i] when transposed.
-struct MatrixLayout {
-  bool transposed = false;
-  int64_t ld = 1;
-};
+using kernels::MatrixLayout;
 
 // A stack of equally shaped matrices in one buffer: matrix i starts at
 // data + offsets[i] (offsets repeat for broadcast batch dimensions).

@@ -4,15 +4,13 @@
 // outer * inner outputs reduces n elements that lie `inner` apart.  One kernel
 // template walks that block; the ops differ only in their accumulator.
 #include "headroom/core/tensor.h"
+#include "headroom/ops/kernels/reduce.h"
 
 namespace headroom::cpu {
 
-struct ReduceDims {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-enum class ReduceOp { sum, mean, logsumexp };
-enum class Extreme { max, min };
+using kernels::Extreme;
+using kernels::ReduceDims;
+using kernels::ReduceOp;
 
 // x: contiguous [outer, n, inner] (f32/f64)  ->  out: contiguous [outer, inner], x's dtype.
 // Accumulates in double.  Over n = 0: sum 0, mean NaN, logsumexp -inf.

@@ -1,16 +1,16 @@
 #pragma once
-// CUDA kernels of the routing family (ops/routing.cpp calls them for tensors
-// on a CUDA device).  The methods mirror the CPU kernels of ops/cpu/routing.h,
+// The interface of a device's routing kernels (ops/routing.cpp calls them for
+// tensors on a device other than the CPU; CUDA: cuda/routing.cu), and the
+// grouped operand both backends take.  The methods mirror the CPU kernels of ops/cpu/routing.h,
 // with tensors for pointers: every tensor argument is contiguous and on one
 // device, outputs are allocated by the caller, "row" means a run of `width`
 // consecutive elements.  Floating kernels take f32 and f64.  Every reduction
 // runs per destination in a fixed order (no float atomics), and nothing here
 // waits for the device, so a route plan and the grouped GEMMs over it queue
 // up behind each other without a host synchronisation.
-// No CUDA headers here: ops include this file.
 #include "headroom/core/tensor.h"
 
-namespace headroom::cuda {
+namespace headroom::kernels {
 
 // A grouped operand of the grouped GEMMs, the tensor form of
 // cpu::GroupedRows (ops/routing.cpp uses it on both devices): rows [R, width]
@@ -91,7 +91,4 @@ struct RoutingKernels {
   virtual void segment_matmul_weight_grad(const GroupedOperand& x, const GroupedOperand& dy, const Tensor& offsets,
                                           const Tensor& dw) = 0;
 };
-
-RoutingKernels& routing_kernels();  // throws without CUDA
-
-}  // namespace headroom::cuda
+}  // namespace headroom::kernels

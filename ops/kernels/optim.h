@@ -1,15 +1,18 @@
 #pragma once
 // The per-element update rules of the optimizers (models/optim.h), shared by
-// the CPU loop (models/optim.cpp) and the CUDA kernels (cuda/optim.cu) so the
-// two devices compute the same thing: arithmetic in double, the result stored
-// in the parameter's type T (float or double).
+// the CPU loop (models/optim.cpp) and a device's kernels (CUDA: cuda/optim.cu)
+// so the devices compute the same thing: arithmetic in double, the result
+// stored in the parameter's type T (float or double); and the interface of a
+// device's optimizer and gradient-clipping kernels.
 #include <math.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "headroom/core/rng.h"  // HEADROOM_HOST_DEVICE
+#include "headroom/core/tensor.h"
 
-namespace headroom {
+namespace headroom::kernels {
 
 // One SGD step of one parameter tensor:
 //   d = g + weight_decay * p;  with momentum: b = momentum * b + d (b = d at the first
@@ -64,4 +67,21 @@ struct AdamUpdate {
   }
 };
 
-}  // namespace headroom
+struct OptimKernels {
+  virtual ~OptimKernels() = default;
+  // In place, element by element.  param, grad and the state tensors: one
+  // device, one floating dtype (f32 or f64), one shape, all contiguous.
+  // momentum_buffer is undefined for SGD without momentum.
+  virtual void sgd(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                   const SgdUpdate& update) = 0;
+  virtual void adam(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                    const AdamUpdate& update) = 0;
+  // Σ x² over every element of every tensor (f32 or f64, any strides, one
+  // device), accumulated in double in a fixed order: an f64 scalar on that
+  // device.  No host synchronisation.
+  virtual Tensor sum_of_squares(const std::vector<Tensor>& tensors) = 0;
+  // x = x * factor in place (computed in double), any strides.
+  virtual void scale_(const Tensor& x, double factor) = 0;
+};
+
+}  // namespace headroom::kernels

@@ -1,7 +1,6 @@
 #pragma once
-// CUDA kernels of the neural-network family (ops/nn.h): the device
-// counterparts of ops/cpu/nn.h, method for method, so that ops/nn.cpp reads
-// the same for both devices.  No CUDA headers here.
+// The interface of a device's neural-network kernels (ops/nn.h), the
+// counterparts of ops/cpu/nn.h method for method (CUDA: cuda/nn.cu).
 //
 // Every tensor argument is already on the device, contiguous and row-major,
 // f32 or f64 (indices, targets and the embedding plan are i32); outputs are
@@ -13,7 +12,7 @@
 
 #include "headroom/core/tensor.h"
 
-namespace headroom::cuda {
+namespace headroom::kernels {
 
 struct NnKernels {
   virtual ~NnKernels() = default;
@@ -70,7 +69,4 @@ struct NnKernels {
   // a fixed order: the reduced loss, without copying row losses to the host.
   virtual void sum_scaled(const Tensor& values, int64_t n, double scale, const Tensor& out) = 0;
 };
-
-NnKernels& nn_kernels();  // throws without CUDA
-
-}  // namespace headroom::cuda
+}  // namespace headroom::kernels

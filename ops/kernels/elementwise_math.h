@@ -10,14 +10,14 @@
 #include <cstdint>
 
 #include "headroom/core/rng.h"  // HEADROOM_HOST_DEVICE
-#include "headroom/ops/cpu/elementwise.h"
+#include "headroom/ops/kernels/elementwise.h"
 
 namespace headroom::elementwise {
 
-using cpu::BinaryOp;
-using cpu::CompareOp;
-using cpu::UnaryArgs;
-using cpu::UnaryOp;
+using kernels::BinaryOp;
+using kernels::CompareOp;
+using kernels::UnaryArgs;
+using kernels::UnaryOp;
 
 // ---- binary ops: value, d/da, d/db ---------------------------------------------
 

@@ -1,7 +1,8 @@
 #pragma once
 // Whether ops record the graph.  Thread-local, on by default.  NoGradGuard
 // turns recording off for a scope: evaluation, inference, optimizer updates,
-// and the backward pass itself (headroom has no double backward).
+// and the backward pass itself (headroom has no double backward).  It lives in
+// core because in-place tensor writes check it (core/tensor.cpp).
 namespace headroom::autograd {
 
 bool grad_enabled();
