@@ -4,6 +4,7 @@
 // of the backend (cuda/copy.cu).  No CUDA headers here.
 #include <string>
 
+#include "headroom/core/backend.h"
 #include "headroom/core/tensor.h"
 #include "headroom/ops/kernels/registry.h"
 
