@@ -51,7 +51,7 @@ DeviceState& device_state(int device) {
     HEADROOM_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
     HEADROOM_CUBLAS_CHECK(cublasCreate(&s.cublas));
     HEADROOM_CUBLAS_CHECK(cublasSetStream(s.cublas, s.stream));
-    // FP32 by default; TF32 is an explicit opt-in (set_tf32).
+    // FP32 by default; TF32 is an explicit opt-in (set_allow_tf32).
     HEADROOM_CUBLAS_CHECK(cublasSetMathMode(s.cublas, CUBLAS_DEFAULT_MATH));
   }
   return s;

@@ -1,5 +1,5 @@
 // CUDA element-wise kernels: one broadcast map kernel (map_kernel) applying
-// the functors of ops/elementwise_math.h, the same formulas the CPU kernels
+// the functors of ops/kernels/elementwise_math.h, the same formulas the CPU kernels
 // use, so both devices agree to the last few ulps (the device's libm differs
 // from glibc by an ulp or two).
 #include <algorithm>
@@ -119,7 +119,7 @@ struct UnaryGrad {
   template <typename T> __device__ T operator()(T x, T g) const { return g * f.grad(x); }
 };
 
-// ---- masks (the comparisons are in ops/elementwise_math.h) -----------------------------------
+// ---- masks (the comparisons are in ops/kernels/elementwise_math.h) -----------------------------------
 
 struct Logical {
   bool both;  // and: both; or: either

@@ -1,8 +1,8 @@
 #pragma once
 // The CUDA backend's internals: error checks, the one stream and cuBLAS
 // handle per device, and launch helpers.  Included only by cuda/*.cu and
-// cuda/*.cpp of a CUDA build; the rest of headroom sees cuda/cuda.h and the
-// per-family kernel interfaces (cuda/<family>.h), which need no CUDA headers.
+// cuda/*.cpp (and bench_cuda, which times raw cuBLAS); the rest of headroom
+// reaches the CUDA part only through what cuda/register.cpp registers.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 

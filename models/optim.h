@@ -15,7 +15,7 @@
 // Updates run under NoGradGuard, write the parameters in place and bump
 // their versions; parameters without a gradient are skipped.  Arithmetic is
 // done in double and stored in the parameter's dtype (f32 or f64), by the
-// rules of models/optim_update.h on either device (one fused kernel per
+// rules of ops/kernels/optim.h on either device (one fused kernel per
 // parameter on CUDA).
 #include <cstdint>
 #include <map>

@@ -208,7 +208,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
 namespace {
 
 // What the CUDA backward needs to add the rows of repeated indices in index
-// order without atomics: the positions grouped by index (see cuda/nn.h).
+// order without atomics: the positions grouped by index (see ops/kernels/nn.h).
 struct EmbeddingGradPlan {
   Tensor order;          // i32 [count]: positions sorted by index, ascending within one index
   Tensor segment_start;  // i32 [segments + 1]: where each index's positions start in order
