@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "headroom/core/cpu_dispatch.h"
 #include "headroom/core/threading.h"
 #include "headroom/ops/cpu/nn.h"
 #include "headroom/ops/cpu/vector_math.h"
@@ -189,8 +190,8 @@ Tile<T> rows_seeing(const AttentionProblem& p, const Tile<T>& tile, int64_t s0) 
 }
 
 template <typename T>
-void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out, T* lse,
-                  Scratch<T>& s) {
+HEADROOM_CPU_CLONES void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out,
+                                      T* lse, Scratch<T>& s) {
   const int64_t d = p.d_h, m = tile.rows, ld = p.kv_strides[2];
   const T* q_tile = load_rows(p, tile, q, s.rows_in.data());  // [m, d]
   T* acc = output_rows(p, tile, out, s.rows_out.data());      // [m, d]: the output rows accumulate here
@@ -219,8 +220,8 @@ void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T*
 
 // dq rows of the tile, and dk/dv [S, d_h] of its (b, head) (accumulated).
 template <typename T>
-void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, const T* out, const T* lse,
-                   const T* dout, T* dq, T* dk, T* dv, Scratch<T>& s) {
+HEADROOM_CPU_CLONES void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, const T* out,
+                                       const T* lse, const T* dout, T* dq, T* dk, T* dv, Scratch<T>& s) {
   const int64_t d = p.d_h, m = tile.rows, ld = p.kv_strides[2];
   const T* q_tile = load_rows(p, tile, q, s.rows_in.data());              // [m, d]
   const T* dout_tile = load_rows(p, tile, dout, s.grad_rows_in.data());  // [m, d]

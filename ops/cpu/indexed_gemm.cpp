@@ -18,7 +18,7 @@ namespace headroom::cpu {
 namespace {
 
 // One 256-bit vector of T (8 floats or 4 doubles) as a GCC/Clang vector type:
-// AVX2 FMAs in Release builds (x86-64-v3), pairs of SSE operations elsewhere.
+// AVX2 FMAs in the AVX2 and AVX-512 clones (cpu_dispatch.h), pairs of SSE operations in baseline code.
 template <typename T>
 struct Vector;
 template <>
@@ -165,7 +165,8 @@ void depth_tile(const DepthRows<T>& a, const T* b_panel, int64_t d0, int64_t blo
 }  // namespace
 
 template <typename T>
-void indexed_gemm(const IndexedRows<T>& rows_of, int64_t rows, const T* b, int64_t depth, int64_t width) {
+HEADROOM_CPU_CLONES void indexed_gemm(const IndexedRows<T>& rows_of, int64_t rows, const T* b, int64_t depth,
+                                      int64_t width) {
   if (depth == 0) {  // empty sums: stored rows become 0, added rows keep their values
     for (int64_t i = 0; i < rows; ++i)
       if (!adds(rows_of, i)) std::fill(c_row(rows_of, i), c_row(rows_of, i) + width, T(0));
@@ -190,8 +191,8 @@ void indexed_gemm(const IndexedRows<T>& rows_of, int64_t rows, const T* b, int64
 }
 
 template <typename T>
-void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<T>& b, int64_t depth, int64_t rows, int64_t width, T* c,
-                     int64_t ldc) {
+HEADROOM_CPU_CLONES void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<T>& b, int64_t depth, int64_t rows,
+                                         int64_t width, T* c, int64_t ldc) {
   // Columns [j0, width) of every row, a dot product per element.
   auto scalar_columns = [&](int64_t j0) {
     for (int64_t i = 0; i < rows; ++i)

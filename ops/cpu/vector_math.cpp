@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "headroom/core/cpu_dispatch.h"
+
 namespace headroom::cpu {
 
-void exp_inplace(float* x, int64_t n) {
+HEADROOM_CPU_CLONES void exp_inplace(float* x, int64_t n) {
   // exp(x) = 2^k * exp(r), k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2]
   // (ln 2 split in two parts so r is exact), exp(r) by Cephes' degree-7 polynomial.
   // Separate passes over chunks, because GCC (with its default -ftrapping-math)
@@ -51,7 +53,7 @@ void exp_inplace(double* x, int64_t n) {
 }
 
 template <typename T>
-void exp_minus_row_max(const T* x, int64_t rows, int64_t n, T* e, T* top) {
+HEADROOM_CPU_CLONES void exp_minus_row_max(const T* x, int64_t rows, int64_t n, T* e, T* top) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * n;  // [n]
     T* er = e + r * n;
