@@ -3,6 +3,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "headroom/core/parallel.h"
 #include "headroom/ops/kernels/optim.h"
 #include "headroom/ops/kernels/registry.h"
 
@@ -130,7 +131,8 @@ void SGD::step() {
     T* p = param.data<T>();
     const T* g = grad.data<T>();
     T* b = data_or_null<T>(buffer);
-    for (int64_t j = 0, n = grad.numel(); j < n; ++j) update.apply(p[j], g[j], b ? b + j : nullptr);
+    const int64_t n = grad.numel();
+    cpu::parallel_for(n, n >= cpu::kParallelMin, [&](int64_t j) { update.apply(p[j], g[j], b ? b + j : nullptr); });
   });
 }
 
@@ -169,7 +171,9 @@ void Adam::step() {
     const T* g = grad.data<T>();
     T* m = exp_avg.data<T>();
     T* v = exp_avg_sq.data<T>();
-    for (int64_t j = 0, n = grad.numel(); j < n; ++j) update.apply(p[j], g[j], m[j], v[j]);
+    // Through parallel_for: its AVX2/AVX-512 clones (core/cpu_dispatch.h) and the threads.
+    const int64_t n = grad.numel();
+    cpu::parallel_for(n, n >= cpu::kParallelMin, [&](int64_t j) { update.apply(p[j], g[j], m[j], v[j]); });
   });
 }
 
