@@ -219,7 +219,7 @@ std::string anchors(Device device) {
 // (alternating which goes first), sorted by MHA's time and cut into quarters.
 // On a shared host MHA's own time says how busy the host was; the median
 // ratio in each quarter shows how much of the saving a layer keeps as the
-// load grows (README, Performance: the small MoA layer loses most).
+// load grows (docs/performance.md: the small MoA layer loses most).
 void print_by_host_state(int rounds, const std::vector<Candidate>& list, Attention& mha, const Tensor& x,
                          const Tensor& dout, int64_t T) {
   Table table("η by the host's state, T=" + std::to_string(T) + ": " + std::to_string(rounds) +

@@ -6,7 +6,7 @@
 // by column (a weight gradient's aᵀ), copying each of b's panels first.  At
 // MoA's shapes (depth 64 or 512, ~64-256 rows per expert and tile)
 // indexed_gemm beats copying the rows for OpenBLAS by 4-12%; indexed_gemm_tn,
-// on W_o's weight gradient, beats BLAS by 17% (README).
+// on W_o's weight gradient, beats BLAS by 17% (docs/performance.md).
 #include "headroom/ops/cpu/indexed_gemm.h"
 
 #include <algorithm>
@@ -178,10 +178,9 @@ HEADROOM_CPU_CLONES void indexed_gemm(const IndexedRows<T>& rows_of, int64_t row
   // panel) stay in L1 for all rows.  Scattered result rows (W_o's gated
   // scatter): row tile by row tile, each across all its panels, so that a c
   // row's cache lines are reached in order and the prefetcher fetches them
-  // ahead; b is then read from L2.  Panel by panel, each c row was reached a
-  // line at a time, each line a miss of its own: with cold caches on a busy
-  // host MoA's scatter ran up to 1.2-1.3x slower than row by row, and no
-  // faster on a quiet one (docs/performance-history.md, seventh session).
+  // ahead; b is then read from L2.  Panel by panel, each c row would be
+  // reached a line at a time, each line a miss of its own, which made MoA's
+  // scatter up to 1.3x slower with cold caches (docs/performance.md).
   const int64_t columns_per_pass = rows_of.c_rows ? whole : panel;
   for (int64_t g0 = 0; g0 < whole; g0 += columns_per_pass)
     for (int64_t i0 = 0; i0 < rows; i0 += kTileRows)
@@ -214,9 +213,9 @@ HEADROOM_CPU_CLONES void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<
   const int64_t blocks = (depth + kMaxDepthBlock - 1) / kMaxDepthBlock, block_size = (depth + blocks - 1) / blocks;
   // Each panel of b's block is first copied into one contiguous [block, panel]
   // buffer: read through its indices once, then by every row tile in order.
-  // Read in place, the scattered rows are found in L1 only while nothing
-  // evicts them: on a vCPU whose core another guest keeps busy, the kernel
-  // ran 1.7x slower than on an idle one (BLAS on the same shapes: 1.0-1.15x).
+  // Read in place, the scattered rows stay in L1 only while nothing evicts
+  // them, and under cache pressure the kernel ran 1.7x slower (BLAS on the
+  // same shapes: 1.0-1.15x; docs/performance.md).
   T* b_panel = thread_buffer<T>(2, block_size * panel);  // [block, panel]
   for (int64_t d0 = 0; d0 < depth; d0 += block_size) {
     const int64_t block = std::min(block_size, depth - d0);

@@ -353,9 +353,9 @@ void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& d
   if (in > out_features) {
     // W_q's shape ([512, 64]): BLAS, one work item per segment, its gathered
     // rows copied 256 at a time.  The indexed kernel would have to run its tile
-    // along `out` and store dw[e] transposed; on an idle host it was within 2%
-    // of BLAS, and with another guest streaming through memory BLAS ran
-    // 1.2-1.35x faster (README, fifth session).
+    // along `out` and store dw[e] transposed: it is within 2% of BLAS with
+    // cold caches aside, and BLAS is 1.2-1.35x faster under memory pressure
+    // (docs/performance.md).
     auto rows_of = [offsets](int64_t e) { return offsets[e + 1] - offsets[e]; };
     run_heaviest_first(std::move(used), rows_of, [&](int64_t e) {
       for (int64_t first = offsets[e], rows; first < offsets[e + 1]; first += rows) {
