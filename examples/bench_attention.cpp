@@ -343,7 +343,7 @@ void run_training_steps(const Options& o, Device device) {
     auto step = [&] {
       opt.zero_grad();
       ModelOutput out = lm.forward(tokens);
-      training_loss(c, cross_entropy(out.out, tokens), out.aux_losses, o.batch * T).backward();
+      training_loss(cross_entropy(out.out, tokens), out.aux_losses, o.batch * T).backward();
       opt.step();
       wait_for(device);
     };

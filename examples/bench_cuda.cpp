@@ -208,7 +208,7 @@ void bench_training_step(const Options& o, const std::map<std::string, double>& 
   std::function<void()> step = [&] {
     opt.zero_grad();
     ModelOutput out = lm.forward(tokens);
-    training_loss(c, cross_entropy(out.out, tokens), out.aux_losses, batch * T).backward();
+    training_loss(cross_entropy(out.out, tokens), out.aux_losses, batch * T).backward();
     opt.step();
   };
   const double ms = gpu_ms(step, o.smoke ? 1 : o.iters / 2);

@@ -11,6 +11,15 @@
 
 namespace headroom {
 
+void share_aux_losses(Module& model) {
+  std::map<std::string, int64_t> layers_of_kind;
+  auto layers = collect_modules<Attention>(model);
+  for (const auto& layer : layers)
+    if (layer->has_aux_loss()) ++layers_of_kind[layer->kind()];
+  for (const auto& layer : layers)
+    if (layer->has_aux_loss()) layer->set_aux_peers(layers_of_kind[layer->kind()]);
+}
+
 KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& project) {
   const bool cross = in.memory.defined();
   AttentionCache* cache = in.cache;

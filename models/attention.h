@@ -47,9 +47,19 @@ struct RoutingStats {
   Tensor load;     // f32 [E]: (token, slot) assignments per head/expert in this call
 };
 
+// A layer's auxiliary loss, already weighted by its method's convention.
+// training_loss (models/transformer.h) adds it to the task's mean loss per
+// target token, or, when joins_summed_loss (MoA's reference convention,
+// fairseq's), to the summed loss, i.e. divided by the target-token count.
+struct AuxLoss {
+  Tensor value;                    // scalar; undefined when the layer has none in this call
+  bool joins_summed_loss = false;
+  bool defined() const { return value.defined(); }
+};
+
 struct AttentionOutput {
-  Tensor out;       // [B, T, d]
-  Tensor aux_loss;  // scalar auxiliary loss of this layer, or undefined when the method has none
+  Tensor out;  // [B, T, d]
+  AuxLoss aux;
   RoutingStats stats;
 };
 
@@ -57,10 +67,22 @@ class Attention : public Module {
  public:
   virtual AttentionOutput forward(const AttentionInput& in) = 0;
   virtual std::string kind() const = 0;  // "mha", "moa", "moh", "mae"
+  virtual std::string summary() const { return kind(); }  // the method and its sizes, one line
+  // Whether training calls return an auxiliary loss, and how many layers of
+  // this kind in the model do (share_aux_losses): a method whose convention
+  // averages over layers (MoH) divides its own loss by that count.
+  virtual bool has_aux_loss() const { return false; }
+  virtual void set_aux_peers(int64_t /*layers*/) {}
   // Forward multiply-accumulates of this layer for one sequence of T queries
   // and S keys, counting matmuls only (methods.md §2.9, §3.4).
   virtual int64_t macs(int64_t T, int64_t S, bool causal) const = 0;
 };
+
+// Tells every attention layer under `model` how many layers of its kind
+// carry an auxiliary loss (Attention::set_aux_peers).  The models of
+// models/transformer.h call it once their layers are built; a model of your
+// own calls it too.
+void share_aux_losses(Module& model);
 
 // ---- helpers shared by the methods ------------------------------------------
 

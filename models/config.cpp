@@ -1,6 +1,7 @@
 #include "headroom/models/config.h"
 
 #include <cstdio>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -12,12 +13,28 @@
 
 namespace headroom {
 
-StringMap AttentionSpec::options_for(int64_t layer) const {
-  StringMap merged = options;
-  auto it = layer_options.find(layer);
-  if (it != layer_options.end())
-    for (const auto& [key, value] : it->second) merged[key] = value;
-  return merged;
+bool operator==(const AttentionChoice& a, const AttentionChoice& b) {
+  return a.type == b.type && a.options == b.options;
+}
+
+namespace {
+void apply(AttentionChoice& into, const AttentionChoice& override_) {
+  if (!override_.type.empty() && override_.type != into.type) into = {override_.type, {}};
+  for (const auto& [key, value] : override_.options) into.options[key] = value;
+}
+template <typename Map, typename Key>
+void apply_if_present(AttentionChoice& into, const Map& overrides, const Key& key) {
+  auto it = overrides.find(key);
+  if (it != overrides.end()) apply(into, it->second);
+}
+}  // namespace
+
+AttentionChoice AttentionSpec::resolve(int64_t layer, AttentionRole role) const {
+  AttentionChoice choice{type, options};
+  apply_if_present(choice, roles, role);
+  apply_if_present(choice, layers, layer);
+  apply_if_present(choice, at, std::make_pair(role, layer));
+  return choice;
 }
 
 // ---- metadata ----------------------------------------------------------------
@@ -39,8 +56,8 @@ const EnumNames<NormPlacement>& names_of(NormPlacement) {
   return names;
 }
 const EnumNames<PositionKind>& names_of(PositionKind) {
-  static const EnumNames<PositionKind> names = {{PositionKind::sinusoidal, "sinusoidal"},
-                                                {PositionKind::learned, "learned"}};
+  static const EnumNames<PositionKind> names = {
+      {PositionKind::sinusoidal, "sinusoidal"}, {PositionKind::learned, "learned"}, {PositionKind::none, "none"}};
   return names;
 }
 const EnumNames<Pooling>& names_of(Pooling) {
@@ -122,31 +139,73 @@ void parse(const std::string& what, const std::string& text, E& out) {
   bad_value(what, text, allowed.c_str());
 }
 
-const std::string kModel = "model.", kAttention = "attention.", kOption = "attention.option.",
-                  kLayer = "attention.layer.";
+const std::string kModel = "model.", kAttention = "attention.";
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
-// "attention.layer.<i>.<name>" -> (i, name)
-std::pair<int64_t, std::string> parse_layer_key(const std::string& key) {
-  const std::string rest = key.substr(kLayer.size());
-  const size_t dot = rest.find('.');
-  HEADROOM_CHECK(dot != std::string::npos && dot + 1 < rest.size(), "[ModelConfig] metadata key ", key,
-                 " should read attention.layer.<index>.<option>");
-  int64_t layer = 0;
-  parse("[ModelConfig] " + key, rest.substr(0, dot), layer);
-  return {layer, rest.substr(dot + 1)};
+const AttentionRole kRoles[] = {AttentionRole::encoder_self, AttentionRole::decoder_self, AttentionRole::cross};
+
+// Where an AttentionSpec entry lives: the spec itself, a role, a layer or both.
+struct Scope {
+  std::optional<AttentionRole> role;
+  std::optional<int64_t> layer;
+  std::string prefix() const {
+    std::string p = role ? std::string(role_name(*role)) + "." : "";
+    return layer ? p + "layer." + std::to_string(*layer) + "." : p;
+  }
+};
+
+// key: "[<role>.][layer.<i>.]type" or "[<role>.][layer.<i>.]option.<name>"
+// -> the scope and the rest ("type" or "option.<name>").
+std::pair<Scope, std::string> parse_scope(const std::string& key) {
+  Scope scope;
+  std::string rest = key;
+  for (AttentionRole role : kRoles)
+    if (starts_with(rest, std::string(role_name(role)) + ".")) scope.role = role, rest = rest.substr(rest.find('.') + 1);
+  if (starts_with(rest, "layer.")) {
+    const size_t dot = rest.find('.', 6);
+    HEADROOM_CHECK(dot != std::string::npos, "[AttentionSpec] key '", key, "' should read layer.<index>.type or "
+                   "layer.<index>.option.<name>");
+    int64_t layer = 0;
+    parse("[AttentionSpec] layer index in '" + key + "'", rest.substr(6, dot - 6), layer);
+    HEADROOM_CHECK(layer >= 0, "[AttentionSpec] key '", key, "' names layer ", layer, "; layers count from 0");
+    scope.layer = layer;
+    rest = rest.substr(dot + 1);
+  }
+  HEADROOM_CHECK(rest == "type" || (starts_with(rest, "option.") && rest.size() > 7), "[AttentionSpec] key '", key,
+                 "' should end in type or option.<name>, optionally after <role>. (encoder_self, decoder_self, "
+                 "cross) and layer.<index>.");
+  return {scope, rest};
+}
+
+void write_choice(StringMap& out, const Scope& scope, const std::string& type, const StringMap& options) {
+  const std::string prefix = kAttention + scope.prefix();
+  if (!type.empty()) out[prefix + "type"] = type;
+  for (const auto& [key, value] : options) out[prefix + "option." + key] = value;
 }
 
 }  // namespace
 
+void AttentionSpec::set(const std::string& key, const std::string& value) {
+  auto [scope, rest] = parse_scope(key);
+  AttentionChoice* target = nullptr;
+  if (scope.role && scope.layer) target = &at[{*scope.role, *scope.layer}];
+  else if (scope.role) target = &roles[*scope.role];
+  else if (scope.layer) target = &layers[*scope.layer];
+  std::string& type_field = target ? target->type : type;
+  StringMap& option_fields = target ? target->options : options;
+  if (rest == "type") type_field = value;
+  else option_fields[rest.substr(7)] = value;
+}
+
 StringMap ModelConfig::to_metadata() const {
   StringMap out;
   visit_fields(*this, [&](const char* name, const auto& field) { out[kModel + name] = format(field); });
-  out[kAttention + "type"] = attention.type;
-  for (const auto& [key, value] : attention.options) out[kOption + key] = value;
-  for (const auto& [layer, options] : attention.layer_options)
-    for (const auto& [key, value] : options) out[kLayer + std::to_string(layer) + "." + key] = value;
+  write_choice(out, Scope{}, attention.type, attention.options);
+  for (const auto& [role, choice] : attention.roles) write_choice(out, Scope{role, {}}, choice.type, choice.options);
+  for (const auto& [layer, choice] : attention.layers) write_choice(out, Scope{{}, layer}, choice.type, choice.options);
+  for (const auto& [where, choice] : attention.at)
+    write_choice(out, Scope{where.first, where.second}, choice.type, choice.options);
   return out;
 }
 
@@ -159,18 +218,18 @@ ModelConfig ModelConfig::from_metadata(const StringMap& metadata) {
         if (key == kModel + name) parse("[ModelConfig] " + key, text, field), known = true;
       });
       HEADROOM_CHECK(known, "[ModelConfig] unknown metadata field ", key);
-    } else if (key == kAttention + "type") {
-      c.attention.type = text;
-    } else if (starts_with(key, kOption)) {
-      c.attention.options[key.substr(kOption.size())] = text;
-    } else if (starts_with(key, kLayer)) {
-      auto [layer, name] = parse_layer_key(key);
-      c.attention.layer_options[layer][name] = text;
-    } else {
-      HEADROOM_CHECK(!starts_with(key, kAttention), "[ModelConfig] unknown metadata field ", key);
+    } else if (starts_with(key, kAttention)) {
+      c.attention.set(key.substr(kAttention.size()), text);
     }
   }
   return c;
+}
+
+BlockConfig ModelConfig::block(AttentionRole role) const {
+  BlockConfig b;
+  b.dim = dim, b.ffn_hidden = ffn_hidden, b.activation = activation, b.dropout = dropout;
+  b.norm = norm, b.norm_eps = norm_eps, b.causal = role == AttentionRole::decoder_self;
+  return b;
 }
 
 bool operator==(const ModelConfig& a, const ModelConfig& b) { return a.to_metadata() == b.to_metadata(); }
@@ -226,72 +285,121 @@ const char* role_name(AttentionRole role) {
 }
 
 namespace {
-// The position of options[key] in `names` (the first name is the default);
-// throws listing the allowed values otherwise.
-size_t choose(OptionReader& options, const std::string& key, const std::vector<std::string>& names) {
+
+// Option values of each enum, in the enum's order (the first is the default).
+const std::vector<std::string> kMoHScaling = {"code", "paper"}, kMoHRouter = {"learned", "qnorm"},
+                               kMoHLoadBalance = {"code", "paper"}, kMoANormalisation = {"reference", "mean"},
+                               kMAEGateInput = {"auto", "seq_mean", "prefix_mean", "source_mean"},
+                               kMAEGateActivation = {"relu", "tanh"}, kMAESamplePer = {"auto", "sequence", "token"},
+                               kMAEInference = {"mixture", "top1"};
+
+// options[key] as the enum whose values are named `names`; throws listing them otherwise.
+template <typename E>
+E choose(OptionReader& options, const std::string& key, const std::vector<std::string>& names) {
   const std::string value = options.get_string(key, names.front());
   for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == value) return i;
+    if (names[i] == value) return static_cast<E>(i);
   std::string allowed;
   for (const std::string& n : names) allowed += (allowed.empty() ? "" : ", ") + n;
   HEADROOM_FAIL("[make_attention] option ", key, "='", value, "' is not one of: ", allowed);
 }
+template <typename E>
+std::string name_of(E value, const std::vector<std::string>& names) {
+  return names.at(static_cast<size_t>(value));
+}
+
+// ---- each method's options, read (make_attention) and written (attention_choice)
+
+MHAConfig read_mha(OptionReader& o, const ModelConfig& c) {
+  MHAConfig m;
+  m.dim = c.dim;
+  m.heads = o.get_int("heads", c.heads);
+  m.kv_heads = o.get_int("kv_heads", 0);
+  m.bias = o.get_bool("bias", true);
+  m.attn_dropout = o.get_double("dropout", c.attn_dropout);
+  return m;
+}
+void write_mha(StringMap& o, const MHAConfig& m) {
+  o["heads"] = format(m.heads), o["kv_heads"] = format(m.kv_heads), o["bias"] = format(m.bias);
+  o["dropout"] = format(m.attn_dropout);
+}
+
+MoHConfig read_moh(OptionReader& o, const ModelConfig& c) {
+  MoHConfig m;
+  m.mha = read_mha(o, c);
+  m.shared_heads = o.get_int("shared_heads", m.shared_heads);
+  m.routed_k = o.get_int("routed_k", m.routed_k);
+  m.scaling = choose<MoHConfig::GateScaling>(o, "scaling", kMoHScaling);
+  m.router = choose<MoHConfig::Router>(o, "router", kMoHRouter);
+  m.load_balance = choose<MoHConfig::LoadBalance>(o, "load_balance", kMoHLoadBalance);
+  m.beta = o.get_double("beta", m.beta);
+  m.allow_full_routing = o.get_bool("allow_full_routing", false);
+  return m;
+}
+void write_moh(StringMap& o, const MoHConfig& m) {
+  write_mha(o, m.mha);
+  o["shared_heads"] = format(m.shared_heads), o["routed_k"] = format(m.routed_k);
+  o["scaling"] = name_of(m.scaling, kMoHScaling), o["router"] = name_of(m.router, kMoHRouter);
+  o["load_balance"] = name_of(m.load_balance, kMoHLoadBalance), o["beta"] = format(m.beta);
+  o["allow_full_routing"] = format(m.allow_full_routing);
+}
+
+MoAConfig read_moa(OptionReader& o, const ModelConfig& c) {
+  MoAConfig m;
+  m.dim = c.dim;
+  m.num_experts = o.get_int("experts", m.num_experts);
+  m.k = o.get_int("k", m.k);
+  m.head_dim = o.get_int("head_dim", c.heads > 0 ? c.dim / c.heads : 0);
+  m.attn_dropout = o.get_double("dropout", c.attn_dropout);
+  m.w_switch = o.get_double("w_switch", m.w_switch);
+  m.w_z = o.get_double("w_z", m.w_z);
+  m.w_cv = o.get_double("w_cv", m.w_cv);
+  m.noisy_gating = o.get_bool("noisy_gating", false);
+  m.sample_topk = o.get_int("sample_topk", 0);
+  m.aux_normalisation = choose<MoAAuxNormalisation>(o, "aux_normalisation", kMoANormalisation);
+  m.allow_full_routing = o.get_bool("allow_full_routing", false);
+  return m;
+}
+void write_moa(StringMap& o, const MoAConfig& m) {
+  o["experts"] = format(m.num_experts), o["k"] = format(m.k), o["head_dim"] = format(m.head_dim);
+  o["dropout"] = format(m.attn_dropout), o["w_switch"] = format(m.w_switch), o["w_z"] = format(m.w_z);
+  o["w_cv"] = format(m.w_cv), o["noisy_gating"] = format(m.noisy_gating), o["sample_topk"] = format(m.sample_topk);
+  o["aux_normalisation"] = name_of(m.aux_normalisation, kMoANormalisation);
+  o["allow_full_routing"] = format(m.allow_full_routing);
+}
+
+MAEConfig read_mae(OptionReader& o, const ModelConfig& c) {
+  MAEConfig m;
+  m.mha = read_mha(o, c);
+  m.gate_input = choose<MAEConfig::GateInput>(o, "gate_input", kMAEGateInput);
+  m.gate_hidden = o.get_int("gate_hidden", 0);
+  m.gate_activation = choose<MAEConfig::GateActivation>(o, "gate_activation", kMAEGateActivation);
+  m.sample_per = choose<MAEConfig::SamplePer>(o, "sample_per", kMAESamplePer);
+  m.inference = choose<MAEConfig::Inference>(o, "inference", kMAEInference);
+  return m;
+}
+void write_mae(StringMap& o, const MAEConfig& m) {
+  write_mha(o, m.mha);
+  o["gate_input"] = name_of(m.gate_input, kMAEGateInput), o["gate_hidden"] = format(m.gate_hidden);
+  o["gate_activation"] = name_of(m.gate_activation, kMAEGateActivation);
+  o["sample_per"] = name_of(m.sample_per, kMAESamplePer), o["inference"] = name_of(m.inference, kMAEInference);
+}
+
 }  // namespace
 
 std::shared_ptr<Attention> make_attention(const ModelConfig& config, int64_t layer, AttentionRole role,
                                           Generator& gen) {
-  const std::string& type = config.attention.type;
+  const AttentionChoice choice = config.attention.resolve(layer, role);
+  const std::string& type = choice.type;
   OptionReader options("make_attention " + type + " layer " + std::to_string(layer) + " " + role_name(role),
-                       config.attention.options_for(layer));
+                       choice.options);
   std::shared_ptr<Attention> made;
-  // One branch per method; each reads its options from `options`.
-  MHAConfig mha{config.dim, config.heads, 0, true, config.attn_dropout};
-  if (type != "moa") {
-    mha.kv_heads = options.get_int("kv_heads", 0);
-    mha.bias = options.get_bool("bias", true);
-  }
-  if (type == "mha") {
-    made = std::make_shared<MultiHeadAttention>(mha, gen);
-  } else if (type == "moa") {
-    MoAConfig moa;
-    moa.dim = config.dim;
-    moa.num_experts = options.get_int("experts", 8);
-    moa.k = options.get_int("k", 2);
-    moa.head_dim = options.get_int("head_dim", config.dim / config.heads);
-    moa.attn_dropout = config.attn_dropout;
-    moa.w_switch = options.get_double("w_switch", moa.w_switch);
-    moa.w_z = options.get_double("w_z", moa.w_z);
-    moa.w_cv = options.get_double("w_cv", moa.w_cv);
-    moa.noisy_gating = options.get_bool("noisy_gating", false);
-    moa.sample_topk = options.get_int("sample_topk", 0);
-    choose(options, "aux_normalisation", {"reference", "mean"});  // used by training_loss
-    made = std::make_shared<MoAAttention>(moa, gen);
-  } else if (type == "moh") {
-    MoHConfig moh;
-    moh.mha = mha;
-    moh.shared_heads = options.get_int("shared_heads", 2);
-    moh.routed_k = options.get_int("routed_k", 2);
-    moh.scaling = choose(options, "scaling", {"code", "paper"}) == 0 ? MoHConfig::GateScaling::code
-                                                                     : MoHConfig::GateScaling::paper;
-    moh.router = choose(options, "router", {"learned", "qnorm"}) == 0 ? MoHConfig::Router::learned
-                                                                      : MoHConfig::Router::qnorm;
-    moh.load_balance = choose(options, "load_balance", {"code", "paper"}) == 0 ? MoHConfig::LoadBalance::code
-                                                                               : MoHConfig::LoadBalance::paper;
-    moh.beta = options.get_double("beta", moh.beta);
-    made = std::make_shared<MoHAttention>(moh, gen);
-  } else if (type == "mae") {
-    MAEConfig mae;
-    mae.mha = mha;
-    mae.gate_input = static_cast<MAEConfig::GateInput>(
-        choose(options, "gate_input", {"auto", "seq_mean", "prefix_mean", "source_mean"}));
-    mae.gate_hidden = options.get_int("gate_hidden", 0);
-    mae.gate_activation = static_cast<MAEConfig::GateActivation>(choose(options, "gate_activation", {"relu", "tanh"}));
-    mae.sample_per = static_cast<MAEConfig::SamplePer>(choose(options, "sample_per", {"auto", "sequence", "token"}));
-    mae.inference = static_cast<MAEConfig::Inference>(choose(options, "inference", {"mixture", "top1"}));
-    made = std::make_shared<MAEAttention>(mae, gen);
-  } else {
-    HEADROOM_FAIL("[make_attention] unknown attention type '", type, "' (known: mha, moa, moh, mae)");
-  }
+  if (type == "mha") made = std::make_shared<MultiHeadAttention>(read_mha(options, config), gen);
+  else if (type == "moa") made = std::make_shared<MoAAttention>(read_moa(options, config), gen);
+  else if (type == "moh") made = std::make_shared<MoHAttention>(read_moh(options, config), gen);
+  else if (type == "mae") made = std::make_shared<MAEAttention>(read_mae(options, config), gen);
+  else HEADROOM_FAIL("[make_attention] layer ", layer, " ", role_name(role), ": unknown attention type '", type,
+                     "' (known: mha, moa, moh, mae)");
   options.check_all_used();
   return made;
 }
@@ -300,19 +408,15 @@ AttentionFactory default_attention_factory(const ModelConfig& config, Generator&
   return [config, &gen](int64_t layer, AttentionRole role) { return make_attention(config, layer, role, gen); };
 }
 
-Tensor training_loss(const ModelConfig& config, const Tensor& task_mean_loss,
-                     const std::vector<Tensor>& aux_losses, int64_t target_tokens) {
-  const std::string& type = config.attention.type;
-  OptionReader options("training_loss " + type, config.attention.options);
-  if (type == "moa") {
-    bool reference = choose(options, "aux_normalisation", {"reference", "mean"}) == 0;
-    Tensor nll_sum = task_mean_loss * double(target_tokens);
-    return moa_total_loss(nll_sum, sum_aux(aux_losses, task_mean_loss.device()), target_tokens,
-                          reference ? MoAAuxNormalisation::reference : MoAAuxNormalisation::mean);
-  }
-  if (type == "moh")
-    return task_mean_loss + mean_aux(aux_losses, task_mean_loss.device()) * options.get_double("beta", 0.01);
-  return task_mean_loss;
+AttentionChoice attention_choice(const Attention& layer) {
+  AttentionChoice choice{layer.kind(), {}};
+  // Derived classes first: MoH and MAE are MultiHeadAttentions too.
+  if (auto* moh = dynamic_cast<const MoHAttention*>(&layer)) write_moh(choice.options, moh->moh_config);
+  else if (auto* mae = dynamic_cast<const MAEAttention*>(&layer)) write_mae(choice.options, mae->mae_config);
+  else if (auto* moa = dynamic_cast<const MoAAttention*>(&layer)) write_moa(choice.options, moa->config);
+  else if (auto* mha = dynamic_cast<const MultiHeadAttention*>(&layer)) write_mha(choice.options, mha->config);
+  else choice.type.clear();  // a class of the user's own
+  return choice;
 }
 
 }  // namespace headroom

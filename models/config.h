@@ -18,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "headroom/core/rng.h"
 #include "headroom/models/attention.h"
@@ -27,23 +28,62 @@ namespace headroom {
 
 using StringMap = std::map<std::string, std::string>;
 
-// Which attention method, and its options as strings (parsed by the method's
-// factory branch, so a checkpoint can carry any method's settings).
-struct AttentionSpec {
-  std::string type = "mha";  // "mha"; the methods add "moa", "moh", "mae"
-  StringMap options;         // e.g. {"kv_heads", "2"}, {"bias", "false"}
-  // Per-layer overrides (e.g. MoH's head budgets per layer): layer_options[i]
-  // replaces entries of `options` for layer i.  Layers count from 0 within
-  // their stack (encoder layers and decoder layers each start at 0) and an
-  // override applies to every attention of that layer (self and cross).
-  std::map<int64_t, StringMap> layer_options;
+enum class AttentionRole { encoder_self, decoder_self, cross };
+const char* role_name(AttentionRole role);
 
-  StringMap options_for(int64_t layer) const;  // options merged with layer i's overrides
+// One attention layer's method and its options as strings (parsed by
+// make_attention, so a checkpoint can carry any method's settings).  As an
+// override, an empty type keeps the method it overrides.
+struct AttentionChoice {
+  std::string type;   // "mha", "moa", "moh", "mae"
+  StringMap options;  // e.g. {"kv_heads", "2"}, {"bias", "false"}
+};
+bool operator==(const AttentionChoice& a, const AttentionChoice& b);
+
+// The attention of every layer of a model.  Layer i (counted from 0 within
+// its stack: encoder and decoder layers each start at 0) in role r gets
+// `type` and `options`, then the overrides roles[r], layers[i] and
+// at[{r, i}], in that order.  An override's options are merged over the
+// options it inherits; an override that changes the type starts from that
+// method's defaults (the inherited options belong to another method).
+//
+//   c.attention = {"moh", {{"routed_k", "2"}}};         // every layer: MoH
+//   c.attention.layers[0] = {"mha", {}};                 // ... but a dense first layer
+//   c.attention.roles[AttentionRole::cross] = {"mha", {{"kv_heads", "1"}}};  // MQA cross-attention
+struct AttentionSpec {
+  AttentionSpec(std::string type_ = "mha", StringMap options_ = {})
+      : type(std::move(type_)), options(std::move(options_)) {}
+  std::string type;
+  StringMap options;
+  std::map<AttentionRole, AttentionChoice> roles;
+  std::map<int64_t, AttentionChoice> layers;
+  std::map<std::pair<AttentionRole, int64_t>, AttentionChoice> at;
+
+  AttentionChoice resolve(int64_t layer, AttentionRole role) const;
+  // Sets one entry by its metadata key without the "attention." prefix:
+  // "type", "option.<name>", "<role>.type", "layer.<i>.option.<name>",
+  // "<role>.layer.<i>.type", ... (the binaries' --attn-set).  Throws naming
+  // the key when it has another form.
+  void set(const std::string& key, const std::string& value);
 };
 
 enum class NormPlacement { pre, post };        // pre-LN: x + f(LN(x)); post-LN: LN(x + f(x))
-enum class PositionKind { sinusoidal, learned };
+// Added to the token embeddings; none: positions come from the attention
+// layers alone (their option rope=true).
+enum class PositionKind { sinusoidal, learned, none };
 enum class Pooling { cls, mean };              // ViT: class token or mean over patch tokens
+
+// What a TransformerBlock is built from (models/transformer.h); its
+// attention layers come separately, each from its own config.
+struct BlockConfig {
+  int64_t dim = 0;         // d, the residual stream's width
+  int64_t ffn_hidden = 0;  // MLP hidden width
+  Activation activation = Activation::relu;
+  double dropout = 0;      // residual branches and the MLP hidden layer
+  NormPlacement norm = NormPlacement::pre;
+  double norm_eps = 1e-5;
+  bool causal = false;     // self-attention: query t sees keys s <= t
+};
 
 struct ModelConfig {
   // ---- sequence models --------------------------------------------------------
@@ -73,9 +113,12 @@ struct ModelConfig {
   AttentionSpec attention;
 
   int64_t source_vocab() const { return src_vocab > 0 ? src_vocab : vocab; }
+  // The blocks of a stack whose self-attention has `role` (decoder_self: causal).
+  BlockConfig block(AttentionRole role) const;
 
-  // Flat map with keys "model.<field>", "attention.type",
-  // "attention.option.<name>" and "attention.layer.<i>.<name>".
+  // Flat map with keys "model.<field>" and the attention's
+  // "attention[.<role>][.layer.<i>].type" and
+  // "attention[.<role>][.layer.<i>].option.<name>" (AttentionSpec::set).
   StringMap to_metadata() const;
   // The inverse.  Keys outside "model." and "attention." are ignored (a
   // checkpoint carries other metadata too); unknown "model." fields and
@@ -88,30 +131,33 @@ inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a 
 
 // ---- building attention layers --------------------------------------------
 
-enum class AttentionRole { encoder_self, decoder_self, cross };
-const char* role_name(AttentionRole role);
-
 // Builds the attention of layer `layer` (counted within its stack) in `role`.
 using AttentionFactory = std::function<std::shared_ptr<Attention>(int64_t layer, AttentionRole role)>;
 
-// The default factory: config.attention.type picks the class ("mha":
-// MultiHeadAttention with dim, heads, attn_dropout from the config and the
-// options kv_heads (0), bias (true)).  Unknown types and unknown or
-// malformed options throw.
+// The default factory: config.attention.resolve(layer, role) picks the class
+// and its options; the model's dim, heads and attn_dropout are the defaults
+// of the matching options.  Unknown types and unknown or malformed options
+// throw.  The options, with their defaults:
+//   every method   dropout (attn_dropout)
+//   mha, moh, mae  heads (config.heads), kv_heads (0: = heads), bias (true)
+//   moh            shared_heads (-1: heads / 4, at least 1), routed_k (-1: the same),
+//                  scaling (code|paper), router (learned|qnorm), load_balance (code|paper),
+//                  beta (0.01), allow_full_routing (false)
+//   moa            experts (8), k (2), head_dim (dim / heads), w_switch (0.01),
+//                  w_z (0.001), w_cv (0), noisy_gating (false), sample_topk (0),
+//                  aux_normalisation (reference|mean), allow_full_routing (false)
+//   mae            gate_input (auto|seq_mean|prefix_mean|source_mean), gate_hidden (0: d),
+//                  gate_activation (relu|tanh), sample_per (auto|sequence|token),
+//                  inference (mixture|top1)
 std::shared_ptr<Attention> make_attention(const ModelConfig& config, int64_t layer, AttentionRole role,
                                           Generator& gen = default_generator());
 AttentionFactory default_attention_factory(const ModelConfig& config, Generator& gen = default_generator());
 
-// The training loss of a model: the task's mean loss over its target tokens
-// plus the attention layers' auxiliary losses, by each method's convention:
-//   moa: aux summed over every MoA layer, added to the summed NLL and divided
-//        by the target-token count (option aux_normalisation=reference, the
-//        official code) or added to the mean loss (aux_normalisation=mean);
-//        the layers already weight their terms (w_switch, w_z, w_cv);
-//   moh: β (option beta, 0.01) times the mean over routed layers;
-//   mha, mae: no auxiliary loss.
-Tensor training_loss(const ModelConfig& config, const Tensor& task_mean_loss,
-                     const std::vector<Tensor>& aux_losses, int64_t target_tokens);
+// The method and every option of a built layer (defaults filled in), such
+// that make_attention rebuilds the same layer: what a model records in its
+// config for layers a custom factory made.  The type is empty for a class
+// other than MultiHeadAttention, MoAAttention, MoHAttention, MAEAttention.
+AttentionChoice attention_choice(const Attention& layer);
 
 // Typed reads from a method's option map; every key must be read, so a
 // misspelt option fails loudly in check_all_used().

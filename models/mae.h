@@ -78,6 +78,7 @@ class MAEAttention : public MultiHeadAttention {
   // stats.load [h]: tokens per used expert, or the summed responsibilities.
   AttentionOutput forward(const AttentionInput& in) override;
   std::string kind() const override { return "mae"; }
+  std::string summary() const override;  // e.g. "mae: 4 experts of 3 heads of width 16"
   // MHA's MACs plus the gate MLP: once per sequence, or per query token for a
   // per-token gate (prefix_mean, which auto_ picks when causal).
   int64_t macs(int64_t T, int64_t S, bool causal) const override;

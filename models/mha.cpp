@@ -1,5 +1,7 @@
 #include "headroom/models/mha.h"
 
+#include <string>
+
 #include "headroom/ops/elementwise.h"
 
 namespace headroom {
@@ -55,6 +57,12 @@ int64_t MultiHeadAttention::macs(int64_t T, int64_t S, bool causal) const {
   const int64_t projections = 2 * T * d * d + 2 * S * d * kv_width;       // q, o and k, v
   const int64_t core = 2 * attended_pairs(T, S, causal) * head_dim * config.heads;  // q·kᵀ and p·v
   return projections + core;
+}
+
+std::string MultiHeadAttention::summary() const {
+  std::string s = kind() + ": " + std::to_string(config.heads) + " heads of width " + std::to_string(head_dim);
+  if (config.kv_heads != config.heads) s += ", " + std::to_string(config.kv_heads) + " KV heads";
+  return s;
 }
 
 }  // namespace headroom

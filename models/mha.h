@@ -28,6 +28,7 @@ class MultiHeadAttention : public Attention {
 
   AttentionOutput forward(const AttentionInput& in) override;
   std::string kind() const override { return "mha"; }
+  std::string summary() const override;  // e.g. "mha: 4 heads of width 16, 2 KV heads"
   int64_t macs(int64_t T, int64_t S, bool causal) const override;
 
   // The pieces, for methods built on MHA:

@@ -89,6 +89,9 @@ MoAAttention::MoAAttention(const MoAConfig& cfg, Generator& gen) : config(cfg), 
                  "be positive, got dim=", d, " num_experts=", E, " head_dim=", d_h, " kv_dim=", d_kv);
   HEADROOM_CHECK(config.k >= 1 && config.k <= E, "[MoAAttention] k = ", config.k,
                  " must lie in [1, num_experts = ", E, "]");
+  HEADROOM_CHECK(config.k < E || config.allow_full_routing, "[MoAAttention] k = num_experts = ", E,
+                 ": every expert runs for every token, so nothing is routed; use a smaller k, or set "
+                 "allow_full_routing");
   HEADROOM_CHECK(config.sample_topk >= 0 && config.sample_topk <= config.k, "[MoAAttention] sample_topk = ",
                  config.sample_topk, " must lie in [0, k = ", config.k, "]");
   router = register_module("router", std::make_shared<Linear>(d, E, false, gen));
@@ -206,7 +209,8 @@ MoAAttention::Prepared MoAAttention::prepare(const AttentionInput& in) {
 AttentionOutput MoAAttention::finish(const Prepared& p, const Tensor& out_rows) const {
   AttentionOutput result;
   result.out = out_rows.reshape({p.batch, p.seq_len, config.dim});
-  result.aux_loss = aux_loss(p.routing);
+  result.aux.value = aux_loss(p.routing);
+  result.aux.joins_summed_loss = config.aux_normalisation == MoAAuxNormalisation::reference;
   result.stats.indices = p.routing.indices;
   result.stats.gates = p.routing.chosen.detach().to(DType::f32);
   result.stats.load = p.routing.counts;
@@ -234,6 +238,11 @@ AttentionOutput MoAAttention::forward_dense_reference(const AttentionInput& in) 
   return finish(p, sum(y * dense_gates, {0}));
 }
 
+std::string MoAAttention::summary() const {
+  return "moa: top-" + std::to_string(config.k) + " of " + std::to_string(config.num_experts) + " experts of width " +
+         std::to_string(config.head_dim);
+}
+
 int64_t MoAAttention::macs(int64_t T, int64_t S, bool causal) const {
   const int64_t d = config.dim, d_h = config.head_dim, k = config.k;
   const int64_t router_macs = T * d * config.num_experts;
@@ -241,16 +250,6 @@ int64_t MoAAttention::macs(int64_t T, int64_t S, bool causal) const {
   const int64_t experts = 2 * k * T * d * d_h;
   const int64_t core = 2 * k * attended_pairs(T, S, causal) * d_h;
   return router_macs + shared_kv + experts + core;
-}
-
-Tensor moa_total_loss(const Tensor& nll_sum, const Tensor& aux_sum, int64_t n_target_tokens,
-                      MoAAuxNormalisation normalisation) {
-  HEADROOM_CHECK(n_target_tokens > 0, "[moa_total_loss] n_target_tokens must be positive, got ", n_target_tokens);
-  HEADROOM_CHECK(nll_sum.numel() == 1 && aux_sum.numel() == 1, "[moa_total_loss] expected scalar losses, got ",
-                 shape_str(nll_sum.shape()), " and ", shape_str(aux_sum.shape()));
-  const double n = double(n_target_tokens);
-  if (normalisation == MoAAuxNormalisation::reference) return (nll_sum + aux_sum) / n;
-  return nll_sum / n + aux_sum;
 }
 
 }  // namespace headroom

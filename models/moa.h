@@ -31,10 +31,17 @@
 
 namespace headroom {
 
+// How a MoA layer's aux loss joins the task loss (§2.5 item 5); with either,
+// the model's aux losses are summed over its MoA layers.
+enum class MoAAuxNormalisation {
+  reference,  // added to the summed NLL, the total divided by the target-token count (fairseq; default)
+  mean,       // added to the mean loss: the aux weights are relative to the per-token loss
+};
+
 struct MoAConfig {
   int64_t dim = 0;          // d
-  int64_t num_experts = 0;  // E
-  int64_t k = 0;            // experts per token, 1 <= k <= E (the official code's "attention heads")
+  int64_t num_experts = 8;  // E
+  int64_t k = 2;            // experts per token, 1 <= k <= E (the official code's "attention heads")
   int64_t head_dim = 0;     // d_h, the width of every expert and of the shared K and V
   double attn_dropout = 0;  // on the attention probabilities, training only
   // Aux loss weights (§2.5 item 4; the WMT recipe's values).
@@ -42,6 +49,9 @@ struct MoAConfig {
   bool noisy_gating = false;  // training only: z += ε·(softplus(x W_noiseᵀ) + 0.01), ε ~ N(0, 1)
   int64_t sample_topk = 0;    // training only: the last s of the k experts are sampled (§2.3 step 4)
   int64_t kv_dim = 0;         // width of the key/value source (memory); 0 = dim
+  MoAAuxNormalisation aux_normalisation = MoAAuxNormalisation::reference;
+  // k = E runs every expert for every token: nothing is routed.  Refused unless set.
+  bool allow_full_routing = false;
 };
 
 // E independent [in, out] matrices applied to the rows of a route plan
@@ -70,6 +80,8 @@ class MoAAttention : public Attention {
 
   AttentionOutput forward(const AttentionInput& in) override;
   std::string kind() const override { return "moa"; }
+  std::string summary() const override;  // e.g. "moa: top-2 of 8 experts of width 16"
+  bool has_aux_loss() const override { return true; }
   // §2.9: T·d·E (router) + 2·S·d_kv·d_h (shared K, V) + 2k·T·d·d_h (expert
   // projections) + 2k·(attended pairs)·d_h (scores and A·V).
   int64_t macs(int64_t T, int64_t S, bool causal) const override;
@@ -100,15 +112,5 @@ class MoAAttention : public Attention {
   AttentionOutput finish(const Prepared& prepared, const Tensor& out_rows) const;
   Generator* gen_;  // noise and sampling
 };
-
-// How the summed aux loss of every MoA module joins the task loss (§2.5 item 5).
-enum class MoAAuxNormalisation {
-  reference,  // (nll_sum + aux_sum) / n_target_tokens: fairseq's sum-then-normalise (default)
-  mean,       // nll_sum / n_target_tokens + aux_sum: aux weights relative to the mean loss
-};
-
-// nll_sum: scalar summed token loss; aux_sum: scalar, summed over all MoA modules.
-Tensor moa_total_loss(const Tensor& nll_sum, const Tensor& aux_sum, int64_t n_target_tokens,
-                      MoAAuxNormalisation normalisation = MoAAuxNormalisation::reference);
 
 }  // namespace headroom

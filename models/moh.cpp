@@ -1,6 +1,8 @@
 #include "headroom/models/moh.h"
 
+#include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "headroom/core/grad_mode.h"
@@ -44,8 +46,19 @@ Tensor active_head_list(int64_t tokens, int64_t shared, int64_t heads, const Ten
 
 }  // namespace
 
-MoHAttention::MoHAttention(const MoHConfig& cfg, Generator& gen)
-    : MultiHeadAttention(cfg.mha, gen), moh_config(cfg) {
+namespace {
+// MoHConfig with the -1 defaults of shared_heads and routed_k made concrete.
+MoHConfig resolve_defaults(MoHConfig cfg) {
+  const int64_t quarter = std::max<int64_t>(1, cfg.mha.heads / 4);
+  if (cfg.shared_heads == -1) cfg.shared_heads = quarter;
+  if (cfg.routed_k == -1) cfg.routed_k = quarter;
+  return cfg;
+}
+}  // namespace
+
+MoHAttention::MoHAttention(const MoHConfig& config_in, Generator& gen)
+    : MultiHeadAttention(config_in.mha, gen), moh_config(resolve_defaults(config_in)) {
+  const MoHConfig& cfg = moh_config;
   const int64_t h = config.heads, shared = cfg.shared_heads, k = cfg.routed_k;
   HEADROOM_CHECK(shared >= 0 && k >= 0, "[MoHAttention] shared_heads (", shared, ") and routed_k (", k,
                  ") must be >= 0");
@@ -54,6 +67,10 @@ MoHAttention::MoHAttention(const MoHConfig& cfg, Generator& gen)
   HEADROOM_CHECK(k > 0 || shared == h, "[MoHAttention] routed_k = 0 needs every head shared (shared_heads = heads = ",
                  h, "), got shared_heads = ", shared);
   HEADROOM_CHECK(cfg.beta >= 0, "[MoHAttention] beta must be >= 0, got ", cfg.beta);
+  HEADROOM_CHECK(shared + k < h || cfg.allow_full_routing, "[MoHAttention] shared_heads + routed_k = ", shared,
+                 " + ", k, " = heads: every head is active for every token, so nothing is routed (MHA at a higher "
+                 "cost); use fewer shared or routed heads, or set allow_full_routing");
+  aux_weight_ = cfg.beta;
   if (cfg.router == MoHConfig::Router::qnorm) return;
   auto router = [&](const char* name, int64_t outputs) {
     auto linear = register_module(name, std::make_shared<Linear>(config.dim, outputs, false, gen));
@@ -156,7 +173,7 @@ AttentionOutput MoHAttention::finish(const Routing& routing, const Tensor& out) 
   AttentionOutput result;
   result.out = out;
   const int64_t shared = moh_config.shared_heads, k = moh_config.routed_k;
-  if (k > 0 && is_training()) result.aux_loss = load_balance(routing);
+  if (k > 0 && is_training()) result.aux.value = load_balance(routing) * aux_weight_;
   if (k > 0) result.stats.indices = routing.heads.narrow(1, shared, k).contiguous();
   result.stats.gates = routing.gates.detach().to(DType::f32);
   result.stats.load = sum(k_hot(routing.heads, config.heads, DType::f32), {0});
@@ -213,6 +230,18 @@ AttentionOutput MoHAttention::forward_dense_reference(const AttentionInput& in) 
   return finish(routing, project_out(heads, routing.gates.reshape({batch, seq, config.heads})));
 }
 
+void MoHAttention::set_aux_peers(int64_t routed_layers) {
+  HEADROOM_CHECK(routed_layers > 0, "[MoHAttention] set_aux_peers needs at least this layer, got ", routed_layers);
+  aux_weight_ = moh_config.beta / double(routed_layers);
+}
+
+std::string MoHAttention::summary() const {
+  const int64_t shared = moh_config.shared_heads, k = moh_config.routed_k;
+  return "moh: " + std::to_string(shared) + " shared + top-" + std::to_string(k) + " of " +
+         std::to_string(routed_heads()) + " routed heads (" + std::to_string(active_heads()) + " of " +
+         std::to_string(config.heads) + " active)";
+}
+
 int64_t MoHAttention::macs(int64_t T, int64_t S, bool causal) const {
   const int64_t d = config.dim, d_h = head_dim, active = active_heads();
   const int64_t shared = moh_config.shared_heads, k = moh_config.routed_k;
@@ -231,12 +260,13 @@ int64_t MoHAttention::macs(int64_t T, int64_t S, bool causal) const {
 }
 
 std::shared_ptr<MoHAttention> moh_from_mha(const MultiHeadAttention& dense, int64_t shared_heads,
-                                           int64_t routed_k) {
+                                           int64_t routed_k, bool allow_full_routing) {
   MoHConfig cfg;
   cfg.mha = dense.config;
   cfg.shared_heads = shared_heads;
   cfg.routed_k = routed_k;
   cfg.router = MoHConfig::Router::qnorm;
+  cfg.allow_full_routing = allow_full_routing;
   Generator unused(0);  // qnorm has no router; the projections' draws are overwritten below
   auto moh = std::make_shared<MoHAttention>(cfg, unused);
   moh->to(dense.q_proj->weight.dtype());

@@ -27,8 +27,9 @@
 //
 // Load balance (training only, layers with K_r > 0), P_e = mean_t r_t[e],
 // f_e = mean_t M_t[e]:  paper L_b = Σ_e P_e f_e;  code L_b = E_r · Σ_e P_e f_e.
-// It is returned unweighted as the layer's aux_loss; the model adds
-// beta · (mean of aux_loss over its routed layers) to the task loss.  As in
+// The layer returns beta · L_b / n as its aux loss, n being the number of
+// routed MoH layers in its model (set_aux_peers), so the model's sum of aux
+// losses is beta times their mean, as in the official code.  As in
 // MHA, query_padding is not used: padded tokens are routed and counted in L_b.
 //
 // Two forward paths with equal outputs and gradients:
@@ -51,14 +52,19 @@ struct MoHConfig {
   enum class LoadBalance { code, paper };
 
   MHAConfig mha;                // d, h, h_kv, bias, attention dropout
-  int64_t shared_heads = 0;     // h_s: heads 0 .. h_s-1 are always active
-  int64_t routed_k = 0;         // K_r: routed heads per token (0: every head shared, h_s = h)
+  // -1 (the default): a quarter of the heads each, at least 1, so half the
+  // heads are active per token (h = 4: 1 shared + top-1 of 3 routed).
+  int64_t shared_heads = -1;    // h_s: heads 0 .. h_s-1 are always active
+  int64_t routed_k = -1;        // K_r: routed heads per token (0: every head shared, h_s = h)
   GateScaling scaling = GateScaling::code;
   Router router = Router::learned;
   LoadBalance load_balance = LoadBalance::code;
-  // Weight of the load-balance loss, applied by the model (not the layer) as
-  // beta · mean of the layers' aux_loss over routed layers.
+  // Weight of the load-balance loss: the model's aux losses sum to beta ·
+  // the mean of L_b over its routed layers.
   double beta = 0.01;
+  // A layer whose every head is active (h_s + K_r = h) routes nothing: MHA
+  // at a higher cost.  It is refused unless this is set.
+  bool allow_full_routing = false;
 };
 
 class MoHAttention : public MultiHeadAttention {
@@ -71,6 +77,9 @@ class MoHAttention : public MultiHeadAttention {
   AttentionOutput forward(const AttentionInput& in) override;  // the routed path
   AttentionOutput forward_dense_reference(const AttentionInput& in);
   std::string kind() const override { return "moh"; }
+  std::string summary() const override;  // e.g. "moh: 1 shared + top-1 of 3 routed heads (2 of 4 active)"
+  bool has_aux_loss() const override { return moh_config.routed_k > 0; }
+  void set_aux_peers(int64_t routed_layers) override;
   // K and V for all S keys; Q, the attention core and O for the h_s + K_r
   // active heads only; the router (qnorm: all of Q, plus the norms).
   int64_t macs(int64_t T, int64_t S, bool causal) const override;
@@ -78,7 +87,7 @@ class MoHAttention : public MultiHeadAttention {
   int64_t active_heads() const { return moh_config.shared_heads + moh_config.routed_k; }
   int64_t routed_heads() const { return config.heads - moh_config.shared_heads; }  // E_r
 
-  MoHConfig moh_config;  // `config` (inherited) is the resolved MHAConfig
+  MoHConfig moh_config;  // shared_heads and routed_k resolved; `config` (inherited) is the resolved MHAConfig
   // Learned router only; each undefined where §3.3 has none.
   std::shared_ptr<Linear> router_routed;  // W_r [h - h_s, d]: when K_r > 0
   std::shared_ptr<Linear> router_shared;  // W_s [h_s, d]: when h_s > 1
@@ -97,11 +106,12 @@ class MoHAttention : public MultiHeadAttention {
   Tensor query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan, const Tensor& token_head_rows) const;
   Tensor load_balance(const Routing& routing) const;
   AttentionOutput finish(const Routing& routing, const Tensor& out) const;
+  double aux_weight_;  // beta / routed MoH layers in the model
 };
 
 // A MoH layer with the dense layer's weights (copied), the first h_s heads
 // shared and the qnorm router choosing K_r of the others per token.
 std::shared_ptr<MoHAttention> moh_from_mha(const MultiHeadAttention& dense, int64_t shared_heads,
-                                           int64_t routed_k);
+                                           int64_t routed_k, bool allow_full_routing = false);
 
 }  // namespace headroom

@@ -15,7 +15,7 @@ namespace headroom {
 // ---- outputs and aux losses ----------------------------------------------------
 
 void ModelOutput::add(const AttentionOutput& attn) {
-  if (attn.aux_loss.defined()) aux_losses.push_back(attn.aux_loss);
+  if (attn.aux.defined()) aux_losses.push_back(attn.aux);
   stats.push_back(attn.stats);
 }
 
@@ -24,25 +24,20 @@ void ModelOutput::append(const ModelOutput& other) {
   stats.insert(stats.end(), other.stats.begin(), other.stats.end());
 }
 
-namespace {
-// The sum of the defined losses and how many there were.
-std::pair<Tensor, int64_t> total_aux(const std::vector<Tensor>& aux_losses, Device device) {
-  Tensor total;
-  int64_t count = 0;
-  for (const Tensor& loss : aux_losses) {
-    if (!loss.defined()) continue;
-    total = total.defined() ? total + loss : loss;
-    ++count;
+Tensor training_loss(const Tensor& task_mean_loss, const std::vector<AuxLoss>& aux_losses, int64_t target_tokens) {
+  HEADROOM_CHECK(task_mean_loss.numel() == 1, "[training_loss] expected a scalar task loss, got shape ",
+                 shape_str(task_mean_loss.shape()));
+  HEADROOM_CHECK(target_tokens > 0, "[training_loss] target_tokens must be positive, got ", target_tokens);
+  Tensor per_token, summed;  // the aux losses added to the mean loss, and to the summed loss
+  for (const AuxLoss& aux : aux_losses) {
+    if (!aux.defined()) continue;
+    Tensor& total = aux.joins_summed_loss ? summed : per_token;
+    total = total.defined() ? total + aux.value : aux.value;
   }
-  return {total.defined() ? total : Tensor::zeros({}, DType::f32, device), count};
-}
-}  // namespace
-
-Tensor sum_aux(const std::vector<Tensor>& aux_losses, Device device) { return total_aux(aux_losses, device).first; }
-
-Tensor mean_aux(const std::vector<Tensor>& aux_losses, Device device) {
-  auto [total, count] = total_aux(aux_losses, device);
-  return count > 1 ? total / double(count) : total;
+  Tensor loss = task_mean_loss;
+  if (per_token.defined()) loss = loss + per_token;
+  if (summed.defined()) loss = loss + summed / double(target_tokens);
+  return loss;
 }
 
 Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dtype, Device device) {
@@ -68,25 +63,36 @@ void DecoderCache::reorder(const Tensor& rows) {
 
 // ---- the block -------------------------------------------------------------------
 
-TransformerBlock::TransformerBlock(const ModelConfig& config, std::shared_ptr<Attention> self_attention, bool causal_,
+namespace {
+// field: the BlockConfig member; expected: e.g. "positive (the model width d)".
+void check_block(bool ok, const char* field, const char* expected, double got) {
+  HEADROOM_CHECK(ok, "[TransformerBlock] BlockConfig.", field, " must be ", expected, ", got ", got);
+}
+}  // namespace
+
+TransformerBlock::TransformerBlock(const BlockConfig& block_config, std::shared_ptr<Attention> self_attention,
                                    std::shared_ptr<Attention> cross_attention, Generator& gen)
-    : norm(config.norm), causal(causal_) {
+    : config(block_config) {
+  check_block(config.dim > 0, "dim", "positive (the model width d)", double(config.dim));
+  check_block(config.ffn_hidden > 0, "ffn_hidden", "positive (the MLP hidden width)", double(config.ffn_hidden));
+  check_block(config.norm_eps > 0, "norm_eps", "positive (the LayerNorm epsilon)", config.norm_eps);
+  check_block(config.dropout >= 0 && config.dropout < 1, "dropout", "in [0, 1)", config.dropout);
   HEADROOM_CHECK(self_attention != nullptr, "[TransformerBlock] the self-attention layer is null");
-  self_attn_norm = register_module("self_attn_norm", std::make_shared<LayerNorm>(config.dim, config.norm_eps));
+  const int64_t d = config.dim;
+  self_attn_norm = register_module("self_attn_norm", std::make_shared<LayerNorm>(d, config.norm_eps));
   self_attn = register_module("self_attn", std::move(self_attention));
   if (cross_attention) {
-    cross_attn_norm = register_module("cross_attn_norm", std::make_shared<LayerNorm>(config.dim, config.norm_eps));
+    cross_attn_norm = register_module("cross_attn_norm", std::make_shared<LayerNorm>(d, config.norm_eps));
     cross_attn = register_module("cross_attn", std::move(cross_attention));
   }
-  mlp_norm = register_module("mlp_norm", std::make_shared<LayerNorm>(config.dim, config.norm_eps));
-  mlp = register_module("mlp", std::make_shared<MLP>(config.dim, config.ffn_hidden, config.activation,
-                                                     config.dropout, gen));
+  mlp_norm = register_module("mlp_norm", std::make_shared<LayerNorm>(d, config.norm_eps));
+  mlp = register_module("mlp", std::make_shared<MLP>(d, config.ffn_hidden, config.activation, config.dropout, gen));
   drop = register_module("drop", std::make_shared<Dropout>(config.dropout, gen));
 }
 
 template <typename F>
 Tensor TransformerBlock::residual(const Tensor& x, const LayerNorm& layer_norm, F&& f) const {
-  if (norm == NormPlacement::pre) return x + drop->forward(f(layer_norm.forward(x)));
+  if (config.norm == NormPlacement::pre) return x + drop->forward(f(layer_norm.forward(x)));
   return layer_norm.forward(x + drop->forward(f(x)));
 }
 
@@ -99,7 +105,7 @@ ModelOutput TransformerBlock::forward(const BlockInput& in) {
   };
   Tensor x = residual(in.x, *self_attn_norm, [&](const Tensor& h) {
     return attend(*self_attn,
-                  {h, Tensor(), causal, in.padding, in.padding, in.self_cache, in.memory, in.memory_padding});
+                  {h, Tensor(), config.causal, in.padding, in.padding, in.self_cache, in.memory, in.memory_padding});
   });
   if (cross_attn) {
     HEADROOM_CHECK(in.memory.defined(), "[TransformerBlock] a block with cross-attention needs the memory");
@@ -114,7 +120,7 @@ ModelOutput TransformerBlock::forward(const BlockInput& in) {
 
 int64_t TransformerBlock::macs(int64_t T, int64_t S) const {
   // fc1 and fc2 each multiply T rows by a d × hidden matrix: fc1.weight is [hidden, d].
-  int64_t total = self_attn->macs(T, T, causal) + 2 * T * mlp->fc1->weight.numel();
+  int64_t total = self_attn->macs(T, T, config.causal) + 2 * T * mlp->fc1->weight.numel();
   if (cross_attn) total += cross_attn->macs(T, S, false);
   return total;
 }
@@ -150,6 +156,7 @@ Tensor TokenEmbedding::forward(const Tensor& ids, int64_t start) const {
   const int64_t T = ids.size(1);
   Tensor x = tokens->forward(ids);  // [B, T, d]
   if (config.scale_embeddings) x = x * std::sqrt(double(config.dim));
+  if (config.positions == PositionKind::none) return drop->forward(x);
   Tensor pos;  // [T, d]
   if (positions) {
     HEADROOM_CHECK(start + T <= config.max_len, "[TokenEmbedding] positions ", start, "..", start + T - 1,
@@ -172,12 +179,12 @@ Tensor TokenEmbedding::sinusoids(int64_t start, int64_t T, const Tensor& x) cons
 
 TransformerStack::TransformerStack(const ModelConfig& config, int64_t layers, AttentionRole role, bool with_cross,
                                    const AttentionFactory& factory, Generator& gen) {
-  check_config(layers > 0 && config.ffn_hidden > 0, "TransformerStack", "layers and ffn_hidden must be positive");
+  check_config(layers > 0, "TransformerStack", "the number of layers must be positive");
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < layers; ++i) {
     auto cross = with_cross ? factory(i, AttentionRole::cross) : nullptr;
-    blocks->push_back(std::make_shared<TransformerBlock>(config, factory(i, role), role == AttentionRole::decoder_self,
-                                                         cross, gen));
+    auto self = factory(i, role);
+    blocks->push_back(std::make_shared<TransformerBlock>(config.block(role), self, cross, gen));
   }
   if (config.norm == NormPlacement::pre)
     norm = register_module("norm", std::make_shared<LayerNorm>(config.dim, config.norm_eps));
@@ -208,10 +215,42 @@ int64_t TransformerStack::macs(int64_t T, int64_t S) const {
   return total;
 }
 
+std::string TransformerStack::describe_layers(const std::string& path, int64_t T, int64_t S) const {
+  std::ostringstream os;
+  for (size_t i = 0; i < size(); ++i) {
+    const TransformerBlock& b = *block(i);
+    auto line = [&](const char* name, const Attention& attention, int64_t keys, bool causal) {
+      os << "\n  " << path << ".blocks." << i << "." << name << ": " << attention.summary() << "; "
+         << attention.num_parameters() << " parameters, " << attention.macs(T, keys, causal) << " forward MACs";
+    };
+    line("self_attn", *b.self_attn, T, b.config.causal);
+    if (b.cross_attn) line("cross_attn", *b.cross_attn, S, false);
+  }
+  return os.str();
+}
+
 namespace {
 
 AttentionFactory factory_or_default(const AttentionFactory& factory, const ModelConfig& config, Generator& gen) {
   return factory ? factory : default_attention_factory(config, gen);
+}
+
+// Once a model's layers are built: weights the aux losses by layer count and,
+// for layers a custom factory made, records what they are in the config.
+void finish_attention(Module& model, ModelConfig& config, bool custom_factory,
+                      const std::vector<std::pair<const TransformerStack*, AttentionRole>>& stacks) {
+  share_aux_losses(model);
+  if (!custom_factory) return;
+  auto record = [&](const Attention& layer, AttentionRole role, int64_t i) {
+    AttentionChoice choice = attention_choice(layer);
+    if (!choice.type.empty()) config.attention.at[{role, i}] = choice;
+  };
+  for (const auto& [stack, role] : stacks)
+    for (size_t i = 0; i < stack->size(); ++i) {
+      const TransformerBlock& b = *stack->block(i);
+      record(*b.self_attn, role, int64_t(i));
+      if (b.cross_attn) record(*b.cross_attn, AttentionRole::cross, int64_t(i));
+    }
 }
 
 std::shared_ptr<Linear> make_lm_head(Module& model, const ModelConfig& config, Generator& gen) {
@@ -234,13 +273,11 @@ ModelOutput run_decoder(const TokenEmbedding& embed, TransformerStack& decoder, 
 }
 
 std::string describe_model(const std::string& name, const ModelConfig& c, const std::string& shape,
-                           int64_t parameters, int64_t macs, const std::string& macs_at) {
+                           int64_t parameters, int64_t macs, const std::string& macs_at, const std::string& layers) {
   std::ostringstream os;
-  os << name << ": " << shape << ", d " << c.dim << ", " << c.heads << " heads, ffn " << c.ffn_hidden << ", "
-     << (c.norm == NormPlacement::pre ? "pre-LN" : "post-LN") << ", attention " << c.attention.type;
-  for (const auto& [key, value] : c.attention.options) os << " " << key << "=" << value;
-  if (!c.attention.layer_options.empty()) os << " (+" << c.attention.layer_options.size() << " layer overrides)";
-  os << "; " << parameters << " parameters; " << macs << " forward MACs " << macs_at;
+  os << name << ": " << shape << ", d " << c.dim << ", ffn " << c.ffn_hidden << ", "
+     << (c.norm == NormPlacement::pre ? "pre-LN" : "post-LN") << "; " << parameters << " parameters; " << macs
+     << " forward MACs " << macs_at << layers;
   return os.str();
 }
 
@@ -254,6 +291,7 @@ DecoderLM::DecoderLM(const ModelConfig& cfg, Generator& gen, const AttentionFact
                                            config, config.decoder_layers, AttentionRole::decoder_self, false,
                                            factory_or_default(factory, config, gen), gen));
   lm_head = make_lm_head(*this, config, gen);
+  finish_attention(*this, config, bool(factory), {{decoder.get(), AttentionRole::decoder_self}});
 }
 
 ModelOutput DecoderLM::forward(const Tensor& tokens, const Tensor& padding, DecoderCache* cache) {
@@ -265,7 +303,8 @@ int64_t DecoderLM::forward_macs(int64_t T) const { return decoder->macs(T, T) + 
 std::string DecoderLM::describe(int64_t T) const {
   return describe_model("DecoderLM", config,
                         "vocab " + std::to_string(config.vocab) + ", " + std::to_string(config.decoder_layers) + " layers",
-                        num_parameters(), forward_macs(T), "at T = " + std::to_string(T));
+                        num_parameters(), forward_macs(T), "at T = " + std::to_string(T),
+                        decoder->describe_layers("decoder", T, T));
 }
 
 // ---- EncoderDecoder ----------------------------------------------------------------------
@@ -280,6 +319,8 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& cfg, Generator& gen, const Att
   decoder = register_module("decoder", std::make_shared<TransformerStack>(config, config.decoder_layers,
                                                                          AttentionRole::decoder_self, true, make, gen));
   lm_head = make_lm_head(*this, config, gen);
+  finish_attention(*this, config, bool(factory),
+                   {{encoder.get(), AttentionRole::encoder_self}, {decoder.get(), AttentionRole::decoder_self}});
 }
 
 ModelOutput EncoderDecoder::encode(const Tensor& src, const Tensor& src_padding) {
@@ -300,7 +341,8 @@ std::string EncoderDecoder::describe(int64_t S, int64_t T) const {
                         "vocab " + std::to_string(config.source_vocab()) + " -> " + std::to_string(config.vocab) + ", " +
                             std::to_string(config.encoder_layers) + "+" + std::to_string(config.decoder_layers) +
                             " layers",
-                        num_parameters(), forward_macs(S, T), "at S = " + std::to_string(S) + ", T = " + std::to_string(T));
+                        num_parameters(), forward_macs(S, T), "at S = " + std::to_string(S) + ", T = " + std::to_string(T),
+                        encoder->describe_layers("encoder", S, S) + decoder->describe_layers("decoder", T, S));
 }
 
 // ---- ViT -------------------------------------------------------------------------------------
@@ -323,6 +365,7 @@ ViT::ViT(const ModelConfig& cfg, Generator& gen, const AttentionFactory& factory
                                                                          AttentionRole::encoder_self, false,
                                                                          factory_or_default(factory, config, gen), gen));
   head = register_module("head", std::make_shared<Linear>(config.dim, config.classes, true, gen));
+  finish_attention(*this, config, bool(factory), {{encoder.get(), AttentionRole::encoder_self}});
 }
 
 int64_t ViT::num_patches() const {
@@ -355,7 +398,8 @@ std::string ViT::describe() const {
                         std::to_string(config.image_size) + "px / " + std::to_string(config.patch_size) + "px patches, " +
                             std::to_string(config.encoder_layers) + " layers, " + std::to_string(config.classes) +
                             " classes",
-                        num_parameters(), forward_macs(), "per image");
+                        num_parameters(), forward_macs(), "per image",
+                        encoder->describe_layers("encoder", pos_embed.size(0), pos_embed.size(0)));
 }
 
 }  // namespace headroom

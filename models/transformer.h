@@ -5,9 +5,10 @@
 // MoA, MoH and MAE plug in without the models knowing their classes.
 //
 // Each forward returns its attention layers' auxiliary losses explicitly
-// (ModelOutput::aux_losses, one scalar per layer that has one); the training
-// loop adds sum_aux() or mean_aux() of them to the task loss, as its method
-// prescribes (methods.md: MoA sums, MoH averages over routed layers).
+// (ModelOutput::aux_losses, one per layer that has one, each already weighted
+// by its method); training_loss() adds them to the task loss.  A model built
+// with a custom AttentionFactory records what each layer is in its config,
+// so config.to_metadata() rebuilds it.
 //
 // Parameter names (PyTorch-style module paths), e.g. for a DecoderLM:
 //   embed.tokens.weight [V, d]           embed.positions.weight [max_len, d] (learned only)
@@ -28,16 +29,20 @@ namespace headroom {
 // What a block or a model returns: its output and its attention layers' extras.
 struct ModelOutput {
   Tensor out;                       // the block's [B, T, d], logits, or the encoder's memory
-  std::vector<Tensor> aux_losses;   // per attention layer, in layer order; layers without one are skipped
+  std::vector<AuxLoss> aux_losses;  // per attention layer, in layer order; layers without one are skipped
   std::vector<RoutingStats> stats;  // per attention layer, in layer order (all of them)
 
   void add(const AttentionOutput& attn);  // records one attention layer's aux loss and stats
   void append(const ModelOutput& other);  // records another output's layers after this one's
 };
 
-// Sum / mean of per-layer aux losses; a 0 scalar (f32) on `device` when there are none.
-Tensor sum_aux(const std::vector<Tensor>& aux_losses, Device device = Device::cpu());
-Tensor mean_aux(const std::vector<Tensor>& aux_losses, Device device = Device::cpu());
+// The loss to train on: the task's mean loss over its target_tokens target
+// tokens plus every layer's aux loss (each weighted by its layer), those that
+// join the summed loss divided by target_tokens:
+//   task_mean_loss + Σ aux + (Σ aux joining the summed loss) / target_tokens
+// MoA: Σ over its layers (aux_normalisation reference: per target token);
+// MoH: beta · mean over its routed layers; MHA, MAE: none.
+Tensor training_loss(const Tensor& task_mean_loss, const std::vector<AuxLoss>& aux_losses, int64_t target_tokens);
 
 // Vaswani et al.'s sinusoids for positions start .. start+length-1, interleaved:
 // PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)).  [length, dim]
@@ -72,10 +77,13 @@ struct BlockInput {
 
 // Self-attention [+ cross-attention] + MLP, each a residual branch with dropout:
 //   pre-LN:  x = x + drop(f(LN(x)))        post-LN: x = LN(x + drop(f(x)))
+//
+//   BlockConfig b;  b.dim = 64, b.ffn_hidden = 256, b.causal = true;
+//   TransformerBlock block(b, std::make_shared<MultiHeadAttention>(MHAConfig{64, 4}));
 class TransformerBlock : public Module {
  public:
-  // cross_attn: null for encoder and decoder-only blocks.  causal: self-attention is causal.
-  TransformerBlock(const ModelConfig& config, std::shared_ptr<Attention> self_attn, bool causal,
+  // cross_attn: null for encoder and decoder-only blocks.
+  TransformerBlock(const BlockConfig& config, std::shared_ptr<Attention> self_attn,
                    std::shared_ptr<Attention> cross_attn = nullptr, Generator& gen = default_generator());
   ModelOutput forward(const BlockInput& in);  // out: [B, T, d]
   int64_t macs(int64_t T, int64_t S) const;   // one sequence, T queries, S memory positions
@@ -84,8 +92,7 @@ class TransformerBlock : public Module {
   std::shared_ptr<Attention> self_attn, cross_attn;
   std::shared_ptr<MLP> mlp;
   std::shared_ptr<Dropout> drop;
-  NormPlacement norm;
-  bool causal;
+  BlockConfig config;
 
  private:
   // One residual branch around `f` with its norm, in the configured placement.
@@ -122,6 +129,8 @@ class TransformerStack : public Module {
   // cache: incremental decoding (one entry per layer is created on first use).
   ModelOutput forward(BlockInput in, DecoderCache* cache = nullptr);
   int64_t macs(int64_t T, int64_t S) const;
+  // One line per attention layer: path, summary, parameters and forward MACs.
+  std::string describe_layers(const std::string& path, int64_t T, int64_t S) const;
   size_t size() const { return blocks->size(); }
   std::shared_ptr<TransformerBlock> block(size_t i) const { return blocks->at<TransformerBlock>(i); }
 

@@ -122,9 +122,9 @@ LayerPass layer_pass(Layer& layer, bool dense, const Tensor& x_value, const Tens
   in.x = x;
   AttentionOutput o = dense ? layer.forward_dense_reference(in) : layer.forward(in);
   Tensor loss = sum(o.out * dout);
-  if (o.aux_loss.defined()) loss = loss + o.aux_loss;
+  if (o.aux.defined()) loss = loss + o.aux.value;
   loss.backward();
-  LayerPass pass{o.out, o.aux_loss, {}};
+  LayerPass pass{o.out, o.aux.value, {}};
   for (const Tensor& p : layer.parameters()) pass.grads.push_back(p.grad());
   pass.grads.push_back(x.grad());
   return pass;

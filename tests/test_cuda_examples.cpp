@@ -29,14 +29,14 @@ class CountingLmTask : public ModelTask<DecoderLM> {
   StepOutput step(int64_t step) override {
     if (step == interrupt_at) std::raise(SIGINT);
     auto [loss, aux] = forward_loss(batch(step));
-    return {training_loss(config_, loss, aux, 12), loss.item(), 12};
+    return {training_loss(loss, aux, 12), loss.item(), 12};
   }
   Metrics evaluate() override { return {{"loss", forward_loss(batch(1000)).first.item()}}; }
   std::string unit() const override { return "tok"; }
   int64_t interrupt_at = -1;
 
  private:
-  std::pair<Tensor, std::vector<Tensor>> forward_loss(const Tensor& rows) {
+  std::pair<Tensor, std::vector<AuxLoss>> forward_loss(const Tensor& rows) {
     Tensor tokens = on_model_device(rows);
     ModelOutput out = model_->forward(tokens.narrow(1, 0, 6));
     return {cross_entropy(out.out.reshape({-1, 8}), tokens.narrow(1, 1, 6).reshape({-1})), out.aux_losses};

@@ -87,7 +87,7 @@ Training train_steps(DecoderLM& model, const ModelConfig& c, int steps) {
     ModelOutput out = model.forward(inputs, padding);
     if (step == 0) run.first = out;
     Tensor task = cross_entropy(out.out.reshape({-1, c.vocab}), targets.reshape({-1}));
-    Tensor loss = training_loss(c, task, out.aux_losses, 16);
+    Tensor loss = training_loss(task, out.aux_losses, 16);
     CHECK(loss.device() == device);
     loss.backward();
     run.norms.push_back(clip_grad_norm(bcd ? bcd->trained_parameters() : adamw->params(), 0.05));
@@ -123,7 +123,7 @@ TEST_CASE("cuda models: forward outputs and aux losses of every attention type m
       CHECK(a.out.device() == kCuda);
       CHECK_CLOSE(a.out, b.out, 1e-5, 1e-4);
       REQUIRE(a.aux_losses.size() == b.aux_losses.size());
-      for (size_t i = 0; i < a.aux_losses.size(); ++i) CHECK_CLOSE(a.aux_losses[i], b.aux_losses[i], 1e-6, 1e-4);
+      for (size_t i = 0; i < a.aux_losses.size(); ++i) CHECK_CLOSE(a.aux_losses[i].value, b.aux_losses[i].value, 1e-6, 1e-4);
       REQUIRE(a.stats.size() == b.stats.size());
       for (size_t l = 0; l < a.stats.size(); ++l) {
         INFO("layer ", l);
@@ -265,7 +265,7 @@ TEST_CASE("cuda models: a checkpoint written from CUDA loads on the CPU (and bac
     opt.zero_grad();
     ModelOutput out = model.forward(tokens.narrow(1, 0, 8).contiguous().to(device));
     Tensor task = cross_entropy(out.out.reshape({-1, c.vocab}), tokens.narrow(1, 1, 8).contiguous().reshape({-1}).to(device));
-    Tensor loss = training_loss(c, task, out.aux_losses, 16);
+    Tensor loss = training_loss(task, out.aux_losses, 16);
     loss.backward();
     opt.step();
     return loss.item();

@@ -119,7 +119,7 @@ TEST_CASE("MAE: uniform responsibilities reproduce MHA (zero-initialised gate, a
   AttentionOutput out = mae.forward({x});
   CHECK_CLOSE(out.out, mha.forward({x}).out, 1e-6);
   CHECK_CLOSE(out.stats.gates, Tensor::full({10, 4}, 0.25), 1e-7);
-  CHECK(!out.aux_loss.defined());
+  CHECK(!out.aux.defined());
   randomise_gate(mae, gen);
   mae.set_mode(MAEMode::uniform);
   CHECK_CLOSE(mae.forward({x}).out, mha.forward({x}).out, 1e-6);

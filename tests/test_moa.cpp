@@ -17,6 +17,7 @@ namespace {
 MoAConfig small_config(int64_t experts = 4, int64_t k = 2) {
   MoAConfig c;
   c.dim = 8, c.num_experts = experts, c.k = k, c.head_dim = 4;
+  c.allow_full_routing = k == experts;  // the checklist's k = E cases
   return c;
 }
 
@@ -30,7 +31,7 @@ Tensor pad_mask(const std::vector<uint8_t>& pads, int64_t B, int64_t T) {
 }
 
 // The output and the aux loss as one vector, so that a gradcheck covers both.
-Tensor out_and_aux(const AttentionOutput& o) { return cat({o.out.flatten(), o.aux_loss.reshape({1})}); }
+Tensor out_and_aux(const AttentionOutput& o) { return cat({o.out.flatten(), o.aux.value.reshape({1})}); }
 
 std::vector<Tensor> gradients(const std::vector<Tensor>& leaves) {
   std::vector<Tensor> grads;
@@ -112,7 +113,7 @@ TEST_CASE("MoA routed path equals the dense reference: outputs, aux and every gr
       grads.push_back(gradients(leaves));
     }
     CHECK_CLOSE(outs[0].out, outs[1].out, 1e-12);
-    CHECK_CLOSE(outs[0].aux_loss, outs[1].aux_loss, 1e-14);
+    CHECK_CLOSE(outs[0].aux.value, outs[1].aux.value, 1e-14);
     for (size_t i = 0; i < leaves.size(); ++i) {
       if (!grads[1][i].defined()) {  // memory has no gradient under self-attention
         CHECK(!grads[0][i].defined());
@@ -211,8 +212,8 @@ TEST_CASE("MoA aux losses: k = E gives switch 1 with no router gradient; uniform
     AttentionInput in{Tensor::randn({2, 3, 8}, gen, DType::f64)};
     in.query_padding = pad_mask({0, 0, 1, 0, 0, 0}, 2, 3);
     AttentionOutput o = m.forward(in);
-    CHECK(std::abs(o.aux_loss.item() - 1) < 1e-15);
-    o.aux_loss.backward();
+    CHECK(std::abs(o.aux.value.item() - 1) < 1e-15);
+    o.aux.value.backward();
     for (double g : m.router->weight.grad().to_vector<double>()) CHECK(std::abs(g) < 1e-15);
   }
   SUBCASE("uniform load, k < E") {
@@ -230,7 +231,7 @@ TEST_CASE("MoA aux losses: k = E gives switch 1 with no router gradient; uniform
     }
     AttentionOutput o = m.forward({x});
     CHECK(o.stats.load.to_vector<float>() == std::vector<float>({3, 3, 3, 3}));
-    CHECK(o.aux_loss.item() == doctest::Approx(1).epsilon(1e-6));
+    CHECK(o.aux.value.item() == doctest::Approx(1).epsilon(1e-6));
   }
   SUBCASE("zero router: switch 1, z-loss (ln E)², cv² of importance (.5, .5, 0, 0) = 4/3") {
     MoAConfig c = small_config(4, 2);
@@ -238,7 +239,7 @@ TEST_CASE("MoA aux losses: k = E gives switch 1 with no router gradient; uniform
     MoAAttention m(c, gen);
     AttentionOutput o = m.forward({Tensor::randn({2, 3, 8}, gen)});
     const double expected = 0.01 * 1 + 0.001 * std::pow(std::log(4.0), 2) + 0.01 * 4.0 / 3.0;
-    CHECK(o.aux_loss.item() == doctest::Approx(expected).epsilon(1e-6));
+    CHECK(o.aux.value.item() == doctest::Approx(expected).epsilon(1e-6));
   }
 }
 
@@ -289,7 +290,7 @@ TEST_CASE("MoA padding: pad queries output exactly 0, leave the switch statistic
   CHECK(sum(o.stats.load).item() == 2 * 6);
   for (int64_t e = 0; e < 4; ++e) CHECK(o.stats.gates.select(0, 3).to_vector<float>()[e] == 0.0f);
 
-  (sum(o.out * Tensor::randn({2, 4, 8}, gen)) + o.aux_loss).backward();
+  (sum(o.out * Tensor::randn({2, 4, 8}, gen)) + o.aux.value).backward();
   std::vector<float> dx = x.grad().to_vector<float>();
   for (float v : dx) CHECK(std::isfinite(v));
   for (int64_t row : {3, 4})  // masked as keys, gate 0 as queries, no z-loss: no gradient at all
@@ -298,7 +299,7 @@ TEST_CASE("MoA padding: pad queries output exactly 0, leave the switch statistic
   // The switch loss equals the one of the six real tokens alone.
   NoGradGuard no_grad;
   Tensor real = cat({x.select(0, 0).narrow(0, 0, 3), x.select(0, 1).narrow(0, 1, 3)}).unsqueeze(0);
-  CHECK(o.aux_loss.item() == doctest::Approx(m.forward({real}).aux_loss.item()).epsilon(1e-6));
+  CHECK(o.aux.value.item() == doctest::Approx(m.forward({real}).aux.value.item()).epsilon(1e-6));
 }
 
 TEST_CASE("MoA aux normalisation: reference = mean NLL + aux_sum / n, mean = mean NLL + aux_sum") {
@@ -309,15 +310,15 @@ TEST_CASE("MoA aux normalisation: reference = mean NLL + aux_sum / n, mean = mea
   Tensor x = Tensor::randn({1, 6, 8}, gen);
   Tensor logits = Tensor::randn({6, 5}, gen);
   Tensor targets = Tensor::from_vector<int32_t>({0, 4, 2, 1, 3, 2});
-  CrossEntropyOptions sum_opts;
-  sum_opts.reduction = Reduction::sum;
   std::vector<std::vector<double>> router_grads;
   for (MoAAuxNormalisation norm : {MoAAuxNormalisation::reference, MoAAuxNormalisation::mean}) {
     a.zero_grad();
-    Tensor aux_sum = a.forward({x}).aux_loss + b.forward({x}).aux_loss;  // summed over every MoA module
-    Tensor total = moa_total_loss(cross_entropy(logits, targets, sum_opts), aux_sum, 6, norm);
+    a.config.aux_normalisation = b.config.aux_normalisation = norm;
+    AuxLoss aux_a = a.forward({x}).aux, aux_b = b.forward({x}).aux;
+    CHECK(aux_a.joins_summed_loss == (norm == MoAAuxNormalisation::reference));
+    Tensor total = training_loss(cross_entropy(logits, targets), {aux_a, aux_b}, 6);
     const double mean_nll = cross_entropy(logits, targets).item();
-    const double aux = aux_sum.item();
+    const double aux = aux_a.value.item() + aux_b.value.item();  // summed over every MoA module
     const double expected = norm == MoAAuxNormalisation::reference ? mean_nll + aux / 6 : mean_nll + aux;
     CHECK(total.item() == doctest::Approx(expected).epsilon(1e-6));
     total.backward();
@@ -325,8 +326,8 @@ TEST_CASE("MoA aux normalisation: reference = mean NLL + aux_sum / n, mean = mea
   }
   for (double& g : router_grads[1]) g /= 6;  // the aux term is weighted 1/n under `reference`
   CHECK_CLOSE(router_grads[0], router_grads[1], 1e-9, 1e-5);
-  CHECK_THROWS_HEADROOM(moa_total_loss(Tensor::scalar(1), Tensor::scalar(1), 0), "must be positive");
-  CHECK_THROWS_HEADROOM(moa_total_loss(Tensor::ones({2}), Tensor::scalar(1), 3), "expected scalar losses");
+  CHECK_THROWS_HEADROOM(training_loss(Tensor::scalar(1), {}, 0), "must be positive");
+  CHECK_THROWS_HEADROOM(training_loss(Tensor::ones({2}), {}, 3), "expected a scalar task loss");
 }
 
 TEST_CASE("MoA sample_topk and noisy gating act in training only") {
@@ -365,7 +366,7 @@ TEST_CASE("MoA sample_topk and noisy gating act in training only") {
     CHECK(noisy.named_parameters()[1].first == "noise.weight");
     AttentionOutput first = noisy.forward({x}), second = noisy.forward({x});
     CHECK(first.stats.indices.to_vector<int32_t>() != second.stats.indices.to_vector<int32_t>());
-    (sum(first.out) + first.aux_loss).backward();
+    (sum(first.out) + first.aux.value).backward();
     CHECK(sum(abs(noisy.noise->weight.grad())).item() > 0);  // zero-initialised, still learns
     noisy.eval();
     CHECK_CLOSE(noisy.forward({x}).out, noisy.forward({x}).out, 0.0);
@@ -397,9 +398,9 @@ TEST_CASE("MoA matches the frozen PyTorch fixture (outputs, aux, every gradient)
     in.key_padding = in.query_padding;
     REQUIRE(selection_margin(m, x) > 1e-3);
     AttentionOutput o = m.forward(in);
-    (sum(o.out * f.get("grad_out").to(prec.dtype)) + o.aux_loss).backward();
+    (sum(o.out * f.get("grad_out").to(prec.dtype)) + o.aux.value).backward();
     CHECK_CLOSE(o.out, f.get("out"), prec.atol, prec.rtol);
-    CHECK_CLOSE(o.aux_loss.reshape({1}), f.get("aux"), prec.atol, prec.rtol);
+    CHECK_CLOSE(o.aux.value.reshape({1}), f.get("aux"), prec.atol, prec.rtol);
     CHECK(o.stats.indices.narrow(0, 0, 5).to_vector<int32_t>() ==
           f.get("indices").narrow(0, 0, 5).to_vector<int32_t>());  // row 5 is the pad
     CHECK_CLOSE(x.grad(), f.get("grad.x"), prec.atol, prec.rtol);
@@ -426,11 +427,11 @@ struct CopyModel : Module {
     ln2 = register_module("ln2", std::make_shared<LayerNorm>(c.dim));
     head = register_module("head", std::make_shared<Linear>(c.dim, vocab, true, gen));
   }
-  std::pair<Tensor, Tensor> forward(const Tensor& ids) {  // -> logits [B, T, V], aux
+  std::pair<Tensor, AuxLoss> forward(const Tensor& ids) {  // -> logits [B, T, V], aux
     const int64_t T = ids.size(1);
     Tensor h = tokens->forward(ids) + positions->forward(Tensor::arange(T, DType::i32)).unsqueeze(0);
     AttentionOutput a = attn->forward({ln1->forward(h), Tensor(), true});
-    return {head->forward(ln2->forward(h + a.out)), a.aux_loss};
+    return {head->forward(ln2->forward(h + a.out)), a.aux};
   }
 };
 
@@ -456,7 +457,8 @@ TEST_CASE("MoA learns to copy the previous token (learning check)") {
     opt.zero_grad();
     auto [logits, aux] = model.forward(Tensor::from_vector(ids, {B, T}));
     Tensor nll_sum = cross_entropy(logits.reshape({B * T, vocab}), Tensor::from_vector(targets), ce);
-    Tensor loss = moa_total_loss(nll_sum, aux, B * (T - 1));
+    const int64_t target_tokens = B * (T - 1);
+    Tensor loss = training_loss(nll_sum / double(target_tokens), {aux}, target_tokens);
     loss.backward();
     opt.step();
     (step == 0 ? first : last) = loss.item();

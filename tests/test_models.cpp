@@ -59,10 +59,10 @@ Learned train(Module& model, const ModelConfig& c, int steps, Batch&& batch) {
   for (int step = 0; step < steps; ++step) {
     if (bcd) bcd->begin_step(step);
     else opt->zero_grad();
-    std::vector<Tensor> aux;
+    std::vector<AuxLoss> aux;
     int64_t targets = 0;
     Tensor task = batch(aux, targets);
-    training_loss(c, task, aux, targets).backward();
+    training_loss(task, aux, targets).backward();
     if (bcd) bcd->finish_step();
     else opt->step();
     last = task.item();
@@ -94,9 +94,11 @@ TEST_CASE("make_attention builds each type from the config, and rejects bad opti
   CHECK_THROWS_HEADROOM(make_attention(c, 0, AttentionRole::decoder_self), "experts_typo");
   c.attention.type = "switchhead";
   CHECK_THROWS_HEADROOM(make_attention(c, 0, AttentionRole::decoder_self), "unknown attention type 'switchhead'");
-  // MoH per-layer budgets: layer 1 all shared (K_r = 0).
+  // MoH per-layer budgets: layer 1 all shared (K_r = 0), which routes nothing and must be allowed.
   c = model_config("moh");
-  c.attention.layer_options[1] = {{"shared_heads", "4"}, {"routed_k", "0"}};
+  c.attention.layers[1] = {"", {{"shared_heads", "4"}, {"routed_k", "0"}}};
+  CHECK_THROWS_HEADROOM(make_attention(c, 1, AttentionRole::decoder_self), "every head is active");
+  c.attention.layers[1].options["allow_full_routing"] = "true";
   auto layer1 = std::dynamic_pointer_cast<MoHAttention>(make_attention(c, 1, AttentionRole::decoder_self));
   REQUIRE(layer1);
   CHECK(layer1->moh_config.routed_k == 0);
@@ -129,7 +131,7 @@ TEST_CASE("learning: every attention type in a DecoderLM learns to copy a sequen
     ModelConfig c = model_config(type);
     DecoderLM lm(c, gen);
     const int64_t L = 5, SEP = 0;
-    Learned learned = train(lm, c, 300, [&](std::vector<Tensor>& aux, int64_t& targets) {
+    Learned learned = train(lm, c, 300, [&](std::vector<AuxLoss>& aux, int64_t& targets) {
       // [x1..x5, SEP, x1..x4] -> predict x1..x5 after the separator (first half ignored)
       std::vector<std::vector<int32_t>> seqs = random_sequences(32, L, 9, gen), inputs, labels;
       for (const auto& s : seqs) {
@@ -156,7 +158,7 @@ TEST_CASE("learning: every attention type in an EncoderDecoder learns to reverse
     c.encoder_layers = c.decoder_layers = 1;
     EncoderDecoder model(c, gen);
     const int64_t L = 5, BOS = 0;
-    Learned learned = train(model, c, 300, [&](std::vector<Tensor>& aux, int64_t& targets) {
+    Learned learned = train(model, c, 300, [&](std::vector<AuxLoss>& aux, int64_t& targets) {
       std::vector<std::vector<int32_t>> src = random_sequences(32, L, 9, gen), tgt_in, tgt_out;
       for (const auto& s : src) {
         std::vector<int32_t> reversed(s.rbegin(), s.rend()), in{BOS};
@@ -194,7 +196,7 @@ TEST_CASE("learning: every attention type in a ViT learns which quadrant is brig
       labels = Tensor::from_vector(y);
       return images;
     };
-    Learned learned = train(vit, c, 150, [&](std::vector<Tensor>& aux, int64_t& targets) {
+    Learned learned = train(vit, c, 150, [&](std::vector<AuxLoss>& aux, int64_t& targets) {
       Tensor labels;
       Tensor images = batch(labels);
       ModelOutput out = vit.forward(images);
@@ -217,7 +219,8 @@ TEST_CASE("MHA -> MoH conversion: a dense checkpoint loads into a qnorm-routed M
   save_module(dense, path);
 
   ModelConfig all_heads = model_config("moh");
-  all_heads.attention.options = {{"shared_heads", "2"}, {"routed_k", "2"}, {"router", "qnorm"}};
+  all_heads.attention.options = {
+      {"shared_heads", "2"}, {"routed_k", "2"}, {"router", "qnorm"}, {"allow_full_routing", "true"}};
   DecoderLM converted(all_heads, gen);
   load_module(converted, path);  // strict: the same names, no new parameters
   Tensor tokens = testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8}, 2);
@@ -236,7 +239,7 @@ TEST_CASE("MHA -> MoH conversion: a dense checkpoint loads into a qnorm-routed M
   REQUIRE(out.stats.size() == 2);
   CHECK(out.stats[0].indices.shape() == Shape{8, 1});  // one routed head of 2 per token
   Tensor before = moh.parameters()[1].detach().clone();
-  training_loss(sparse, cross_entropy(out.out, tokens), out.aux_losses, 8).backward();
+  training_loss(cross_entropy(out.out, tokens), out.aux_losses, 8).backward();
   opt.step();
   CHECK(testing::compare(moh.parameters()[1], before, 0) != "");  // it trains
 }

@@ -28,6 +28,8 @@ MoHConfig make_config(int64_t dim, int64_t heads, int64_t shared, int64_t k, Rou
   c.routed_k = k;
   c.router = router;
   c.scaling = scaling;
+  c.beta = 1;  // aux = L_b, as the reference formulas give it
+  c.allow_full_routing = shared + k == heads;  // the checklist's edge cases
   return c;
 }
 
@@ -98,7 +100,7 @@ ReferenceRouting reference_routing(const MoHAttention& m, const Tensor& x, bool 
 
 // The output and (training) the aux loss as one vector, for gradchecks.
 Tensor out_and_aux(const AttentionOutput& o) {
-  return o.aux_loss.defined() ? cat({o.out.reshape({-1}), o.aux_loss.reshape({1})}) : o.out.reshape({-1});
+  return o.aux.defined() ? cat({o.out.reshape({-1}), o.aux.value.reshape({1})}) : o.out.reshape({-1});
 }
 
 }  // namespace
@@ -126,13 +128,13 @@ TEST_CASE("MoH gates match a per-token loop of §3.3 (code) and §3.2 (paper); c
     CHECK_CLOSE(paper_out.stats.gates.to_vector<double>(), paper_ref.gates, 1e-5, 1e-5);
     CHECK(code_out.stats.gates.shape() == Shape{10, c.heads});
     if (c.k == 0) {
-      CHECK_FALSE(code_out.aux_loss.defined());
+      CHECK_FALSE(code_out.aux.defined());
       CHECK_FALSE(code_out.stats.indices.defined());
       continue;
     }
     const double routed = double(c.heads - c.shared);
-    CHECK(paper_out.aux_loss.item() == doctest::Approx(paper_ref.balance).epsilon(1e-5));
-    CHECK(code_out.aux_loss.item() == doctest::Approx(routed * paper_out.aux_loss.item()).epsilon(1e-5));
+    CHECK(paper_out.aux.value.item() == doctest::Approx(paper_ref.balance).epsilon(1e-5));
+    CHECK(code_out.aux.value.item() == doctest::Approx(routed * paper_out.aux.value.item()).epsilon(1e-5));
     // Stats: the routed heads per token (absolute ids) and the load of every head.
     CHECK(code_out.stats.indices.shape() == Shape{10, c.k});
     std::vector<int32_t> routed_ids = code_out.stats.indices.to_vector<int32_t>();
@@ -142,7 +144,7 @@ TEST_CASE("MoH gates match a per-token loop of §3.3 (code) and §3.2 (paper); c
     CHECK(code_out.stats.load.to_vector<double>() == load);
     // Evaluation: no aux loss.
     code.eval();
-    CHECK_FALSE(code.forward({x}).aux_loss.defined());
+    CHECK_FALSE(code.forward({x}).aux.defined());
   }
 }
 
@@ -319,7 +321,7 @@ TEST_CASE("MoH gradcheck with the qnorm router: the parts the straight-through e
                              m.o_proj->weight, m.o_proj->bias};
   auto output = gradcheck([&](const std::vector<Tensor>&) { return m.forward({x, Tensor(), true}).out; }, kvo);
   CHECK_MESSAGE(output.ok, output.message);
-  auto aux = gradcheck([&](const std::vector<Tensor>& in) { return m.forward({in.back(), Tensor(), true}).aux_loss; },
+  auto aux = gradcheck([&](const std::vector<Tensor>& in) { return m.forward({in.back(), Tensor(), true}).aux.value; },
                        {m.q_proj->weight, m.q_proj->bias, x});
   CHECK_MESSAGE(aux.ok, aux.message);
 }
@@ -328,7 +330,7 @@ TEST_CASE("MoH converted from a dense MHA with every head active is that MHA; GQ
   Generator gen(8);
   MHAConfig config{16, 4, 2};
   MultiHeadAttention dense(config, gen);
-  auto moh = moh_from_mha(dense, 1, 3);
+  auto moh = moh_from_mha(dense, 1, 3, /*allow_full_routing=*/true);
   Tensor x = Tensor::randn({2, 5, 16}, gen);
   NoGradGuard no_grad;
   AttentionInput in{x, Tensor(), true};
@@ -337,7 +339,7 @@ TEST_CASE("MoH converted from a dense MHA with every head active is that MHA; GQ
   CHECK_CLOSE(moh->forward(in).out, expected, 1e-6, 1e-5);
   CHECK(moh->config.kv_heads == 2);
   // Every head active, no router: the same MACs as the dense layer.
-  auto all_shared = moh_from_mha(dense, 4, 0);
+  auto all_shared = moh_from_mha(dense, 4, 0, /*allow_full_routing=*/true);
   CHECK(all_shared->macs(5, 7, true) == dense.macs(5, 7, true));
 }
 
@@ -356,7 +358,10 @@ TEST_CASE("MoH errors") {
   Generator gen(10);
   CHECK_THROWS_HEADROOM(MoHAttention(make_config(8, 4, 3, 2)), "shared_heads + routed_k = 3 + 2 exceeds heads = 4");
   CHECK_THROWS_HEADROOM(MoHAttention(make_config(8, 4, 2, 0)), "routed_k = 0 needs every head shared");
-  CHECK_THROWS_HEADROOM(MoHAttention(make_config(8, 4, -1, 1)), "must be >= 0");
+  CHECK_THROWS_HEADROOM(MoHAttention(make_config(8, 4, -2, 1)), "must be >= 0");
+  MoHConfig every_head = make_config(8, 4, 2, 2);
+  every_head.allow_full_routing = false;
+  CHECK_THROWS_HEADROOM(MoHAttention{every_head}, "2 + 2 = heads: every head is active for every token");
   CHECK_THROWS_HEADROOM(MoHAttention(make_config(8, 3, 1, 1)), "must be a positive multiple of heads");
   MoHConfig negative_beta = make_config(8, 4, 2, 1);
   negative_beta.beta = -1;
@@ -402,7 +407,9 @@ struct CopyModel : Module {
   CopyModel(int64_t vocab, int64_t seq, int64_t dim, Generator& gen) {
     tokens = register_module("tokens", std::make_shared<Embedding>(vocab, dim, gen));
     positions = register_module("positions", std::make_shared<Embedding>(seq, dim, gen));
-    attention = register_module("attention", std::make_shared<MoHAttention>(make_config(dim, 4, 2, 1), gen));
+    MoHConfig config = make_config(dim, 4, 2, 1);
+    config.beta = 0.01;
+    attention = register_module("attention", std::make_shared<MoHAttention>(config, gen));
     norm = register_module("norm", std::make_shared<LayerNorm>(dim));
     head = register_module("head", std::make_shared<Linear>(dim, vocab, true, gen));
   }
@@ -428,7 +435,7 @@ TEST_CASE("MoH learns to copy the token two positions back") {
     AttentionOutput a = model.attention->forward({x, Tensor(), true});
     Tensor logits = model.head->forward(model.norm->forward(x + a.out));
     Tensor task = cross_entropy(logits.reshape({batch * seq, vocab}), Tensor::from_vector(targets));
-    Tensor loss = task + a.aux_loss * model.attention->moh_config.beta;  // one routed layer: the mean is itself
+    Tensor loss = task + a.aux.value;  // beta · L_b: one routed layer, the mean is itself
     opt.zero_grad();
     loss.backward();
     opt.step();

@@ -60,10 +60,10 @@ TEST_CASE("the README models snippet runs (at tiny sizes)") {
   c.vocab = 16, c.dim = 16, c.heads = 4, c.decoder_layers = 2, c.ffn_hidden = 32;
   c.attention.type = "moh";
   c.attention.options = {{"shared_heads", "2"}, {"routed_k", "1"}};
-  c.attention.layer_options[0] = {{"shared_heads", "4"}, {"routed_k", "0"}};
+  c.attention.layers[0] = {"mha", {}};  // a dense first layer
   DecoderLM lm(c);
   ModelOutput out = lm.forward(tokens);
-  Tensor loss = training_loss(c, cross_entropy(out.out, tokens), out.aux_losses, n_tokens);
+  Tensor loss = training_loss(cross_entropy(out.out, tokens), out.aux_losses, n_tokens);
   loss.backward();
   Tensor prompt = tokens.narrow(1, 0, 2);
   Generated text = greedy(lm, prompt, {/*max_new=*/5});

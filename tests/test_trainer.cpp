@@ -37,7 +37,7 @@ class CountingTask : public TrainTask {
     ModelOutput out = model_->forward(tokens.narrow(1, 0, 6));
     Tensor loss = cross_entropy(out.out.reshape({-1, 8}), tokens.narrow(1, 1, 6).reshape({-1}));
     double value = step == nan_at ? NAN : loss.item();
-    return {training_loss(config_, loss, out.aux_losses, 12), value, 12};
+    return {training_loss(loss, out.aux_losses, 12), value, 12};
   }
   Metrics evaluate() override {
     Tensor tokens = batch(1000);

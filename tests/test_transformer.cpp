@@ -34,7 +34,7 @@ class TaggedAttention : public Attention {
   }
   AttentionOutput forward(const AttentionInput& in) override {
     AttentionOutput o = inner->forward(in);
-    o.aux_loss = Tensor::scalar(tag_);
+    o.aux.value = Tensor::scalar(tag_);
     return o;
   }
   std::string kind() const override { return "tagged"; }
@@ -45,9 +45,9 @@ class TaggedAttention : public Attention {
   double tag_;
 };
 
-std::vector<double> values_of(const std::vector<Tensor>& scalars) {
+std::vector<double> values_of(const std::vector<AuxLoss>& losses) {
   std::vector<double> out;
-  for (const Tensor& t : scalars) out.push_back(t.item());
+  for (const AuxLoss& loss : losses) out.push_back(loss.value.item());
   return out;
 }
 
@@ -59,7 +59,7 @@ TEST_CASE("TransformerBlock: pre-LN and post-LN equal the composition of their p
     ModelConfig c = tiny_config(norm);
     auto self = std::make_shared<MultiHeadAttention>(MHAConfig{8, 2}, gen);
     auto cross = std::make_shared<MultiHeadAttention>(MHAConfig{8, 2}, gen);
-    TransformerBlock block(c, self, true, cross, gen);
+    TransformerBlock block(c.block(AttentionRole::decoder_self), self, cross, gen);
     // Non-trivial norms, so that mixing up which norm goes where shows.
     for (auto& [name, p] : block.named_parameters())
       if (name.find("norm") != std::string::npos) {
@@ -169,11 +169,11 @@ TEST_CASE("models collect every attention layer's aux loss, in layer order, thro
   ModelOutput dec = seq2seq.decode(tgt, enc.out);
   CHECK(values_of(dec.aux_losses) == std::vector<double>{1, 2, 11, 12});
   CHECK(dec.stats.size() == 4);
-  CHECK(sum_aux(dec.aux_losses).item() == 26);
-  CHECK(mean_aux(dec.aux_losses).item() == 6.5);
-  CHECK(mean_aux({Tensor(), Tensor::scalar(3), Tensor::scalar(5)}).item() == 4);  // undefined skipped
-  CHECK(sum_aux({}).item() == 0);
-  CHECK(mean_aux({}).item() == 0);
+  CHECK(training_loss(Tensor::scalar(1.5), dec.aux_losses, 4).item() == 27.5);  // 1.5 + 1 + 2 + 11 + 12
+  // Losses that join the summed task loss are divided by the target tokens; undefined ones are skipped.
+  std::vector<AuxLoss> mixed = {{Tensor::scalar(8), true}, {Tensor::scalar(2), false}, {Tensor(), false}};
+  CHECK(training_loss(Tensor::scalar(1.5), mixed, 4).item() == 5.5);
+  CHECK(training_loss(Tensor::scalar(1.5), {}, 4).item() == 1.5);
 }
 
 TEST_CASE("ModelConfig: metadata round trip, through a checkpoint too, and errors") {
@@ -183,17 +183,17 @@ TEST_CASE("ModelConfig: metadata round trip, through a checkpoint too, and error
   c.norm_eps = 1e-6, c.image_size = 32, c.patch_size = 4, c.channels = 1, c.classes = 10, c.pooling = Pooling::mean;
   c.attention.type = "mha";
   c.attention.options = {{"kv_heads", "1"}, {"bias", "false"}};
-  c.attention.layer_options[1] = {{"kv_heads", "2"}};
+  c.attention.layers[1] = {"", {{"kv_heads", "2"}}};
   StringMap meta = c.to_metadata();
   CHECK(meta.at("model.norm") == "post");
   CHECK(meta.at("attention.option.kv_heads") == "1");
-  CHECK(meta.at("attention.layer.1.kv_heads") == "2");
+  CHECK(meta.at("attention.layer.1.option.kv_heads") == "2");
   ModelConfig back = ModelConfig::from_metadata(meta);
   CHECK(back == c);
   CHECK(back.attn_dropout == c.attn_dropout);  // exact, not just equal text
-  CHECK(back.attention.options_for(0).at("kv_heads") == "1");
-  CHECK(back.attention.options_for(1).at("kv_heads") == "2");
-  CHECK(back.attention.options_for(1).at("bias") == "false");
+  CHECK(back.attention.resolve(0, AttentionRole::decoder_self).options.at("kv_heads") == "1");
+  CHECK(back.attention.resolve(1, AttentionRole::cross).options.at("kv_heads") == "2");
+  CHECK(back.attention.resolve(1, AttentionRole::cross).options.at("bias") == "false");
   CHECK(back != tiny_config());
 
   // Per-layer options reach the attention layers; the config survives a checkpoint.

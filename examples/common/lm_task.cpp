@@ -37,7 +37,7 @@ class LmTask : public ModelTask<DecoderLM> {
     Tensor windows = train_batch(step);  // [B, T + 1]
     auto [loss, aux] = forward_loss(windows);
     const int64_t tokens = lm_.batch * lm_.context;
-    return {training_loss(config_, loss, aux, tokens), loss.item(), tokens};
+    return {training_loss(loss, aux, tokens), loss.item(), tokens};
   }
 
   Metrics evaluate() override {
@@ -67,7 +67,7 @@ class LmTask : public ModelTask<DecoderLM> {
 
  private:
   // Mean next-byte loss of windows [N, T + 1] (on the CPU) and the layers' aux losses.
-  std::pair<Tensor, std::vector<Tensor>> forward_loss(const Tensor& windows) {
+  std::pair<Tensor, std::vector<AuxLoss>> forward_loss(const Tensor& windows) {
     Tensor on_device = on_model_device(windows);
     Tensor inputs = on_device.narrow(1, 0, lm_.context).contiguous();
     Tensor targets = on_device.narrow(1, 1, lm_.context).contiguous();

@@ -70,7 +70,7 @@ class MtTask : public ModelTask<EncoderDecoder> {
     TokenPairs batch;
     for (int64_t b = 0; b < mt_.batch; ++b) batch.push_back(train_[size_t(picks.next_int(int64_t(train_.size())))]);
     Forward f = forward(batch, mt_.label_smoothing);
-    return {training_loss(config_, f.loss, f.aux, f.target_tokens), f.loss.item(), f.target_tokens};
+    return {training_loss(f.loss, f.aux, f.target_tokens), f.loss.item(), f.target_tokens};
   }
 
   Metrics evaluate() override {
@@ -144,7 +144,7 @@ class MtTask : public ModelTask<EncoderDecoder> {
  private:
   struct Forward {
     Tensor loss;
-    std::vector<Tensor> aux;
+    std::vector<AuxLoss> aux;
     int64_t target_tokens;
   };
 
@@ -171,7 +171,7 @@ class MtTask : public ModelTask<EncoderDecoder> {
     ce.ignore_index = Tokenizer::kPad;
     ce.label_smoothing = label_smoothing;
     Tensor loss = cross_entropy(decoded.out.reshape({-1, config_.vocab}), targets.reshape({-1}), ce);
-    std::vector<Tensor> aux = encoded.aux_losses;
+    std::vector<AuxLoss> aux = encoded.aux_losses;
     aux.insert(aux.end(), decoded.aux_losses.begin(), decoded.aux_losses.end());
     return {loss, aux, target_tokens};
   }

@@ -71,7 +71,7 @@ class VitTask : public ModelTask<ViT> {
     Tensor rows = epoch_rows(step);
     ModelOutput out = model_->forward(on_model_device(index_select(data_.train.images, 0, rows)));
     Tensor loss = cross_entropy(out.out, on_model_device(index_select(data_.train.labels, 0, rows)));
-    return {training_loss(config_, loss, out.aux_losses, rows.numel()), loss.item(), rows.numel()};
+    return {training_loss(loss, out.aux_losses, rows.numel()), loss.item(), rows.numel()};
   }
 
   Metrics evaluate() override {
