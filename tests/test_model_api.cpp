@@ -1,0 +1,293 @@
+// The model-building API: attention chosen per layer and per role, the aux
+// losses each layer weights by its method's convention (counted once, in
+// every kind of model and factory), the MoH / MoA defaults, BlockConfig, and
+// a mixed-method model's round trip through a checkpoint's metadata alone.
+#include <filesystem>
+
+#include "helpers.h"
+#include "transformer_helpers.h"
+
+using namespace headroom;
+
+namespace {
+
+// d 16, 4 heads, 2 + 2 layers; vocab 12.
+ModelConfig small_config() {
+  ModelConfig c = testing::tiny_model_config(12);
+  c.dim = 16, c.heads = 4, c.ffn_hidden = 32;
+  return c;
+}
+
+// The mixed encoder-decoder of these tests: MoA encoder, MoH decoder
+// self-attention with a dense first layer, MHA cross-attention (MQA in layer 1).
+ModelConfig mixed_seq2seq_config() {
+  ModelConfig c = small_config();
+  c.attention = {"moa", {{"experts", "4"}, {"k", "2"}, {"head_dim", "8"}}};
+  c.attention.roles[AttentionRole::decoder_self] = {"moh", {{"routed_k", "2"}}};
+  c.attention.roles[AttentionRole::cross] = {"mha", {}};
+  c.attention.at[{AttentionRole::decoder_self, 0}] = {"mha", {}};
+  c.attention.at[{AttentionRole::cross, 1}] = {"", {{"kv_heads", "1"}}};
+  return c;
+}
+
+Tensor source_batch() { return testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 2); }
+Tensor target_batch() { return testing::token_rows({3, 4, 5, 6, 7, 8, 9, 10}, 2); }
+
+std::string temp_path(const char* name) { return (std::filesystem::temp_directory_path() / name).string(); }
+
+// A few AdamW steps of next-token prediction on the target batch; returns the first and last loss.
+std::pair<double, double> train_steps(EncoderDecoder& model, int steps) {
+  AdamW opt(model.parameters(), 1e-2);
+  Tensor src = source_batch(), tgt = target_batch();
+  Tensor input = tgt.narrow(1, 0, 3), labels = tgt.narrow(1, 1, 3).reshape({-1});
+  double first = 0, last = 0;
+  for (int step = 0; step < steps; ++step) {
+    opt.zero_grad();
+    ModelOutput enc = model.encode(src);
+    ModelOutput dec = model.decode(input, enc.out);
+    dec.aux_losses.insert(dec.aux_losses.begin(), enc.aux_losses.begin(), enc.aux_losses.end());
+    Tensor task = cross_entropy(dec.out.reshape({-1, model.config.vocab}), labels);
+    Tensor loss = training_loss(task, dec.aux_losses, labels.numel());
+    loss.backward();
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  return {first, last};
+}
+
+Tensor seq2seq_logits(EncoderDecoder& model) {
+  NoGradGuard no_grad;
+  return model.decode(target_batch(), model.encode(source_batch()).out).out;
+}
+
+// Which class each attention layer of a stack is, "self/cross" per block.
+std::vector<std::string> kinds(const TransformerStack& stack) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < stack.size(); ++i) {
+    const TransformerBlock& b = *stack.block(i);
+    out.push_back(b.self_attn->kind() + (b.cross_attn ? "/" + b.cross_attn->kind() : ""));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("AttentionSpec: overrides by role, layer and both, in that order; a new type starts from its defaults") {
+  AttentionSpec spec{"moh", {{"routed_k", "2"}, {"beta", "0.1"}}};
+  spec.roles[AttentionRole::cross] = {"mha", {{"kv_heads", "1"}}};
+  spec.layers[1] = {"", {{"bias", "false"}}};
+  spec.at[{AttentionRole::cross, 1}] = {"", {{"kv_heads", "2"}}};
+  CHECK(spec.resolve(0, AttentionRole::decoder_self) == AttentionChoice{"moh", {{"routed_k", "2"}, {"beta", "0.1"}}});
+  CHECK(spec.resolve(0, AttentionRole::cross) == AttentionChoice{"mha", {{"kv_heads", "1"}}});  // moh's options dropped
+  CHECK(spec.resolve(1, AttentionRole::cross) == AttentionChoice{"mha", {{"kv_heads", "2"}, {"bias", "false"}}});
+  CHECK(spec.resolve(1, AttentionRole::encoder_self) ==
+        AttentionChoice{"moh", {{"routed_k", "2"}, {"beta", "0.1"}, {"bias", "false"}}});
+
+  // set() takes the metadata keys; the metadata round trip keeps every scope.
+  AttentionSpec again;
+  again.set("type", "moh");
+  again.set("option.routed_k", "2");
+  again.set("option.beta", "0.1");
+  again.set("cross.type", "mha");
+  again.set("cross.option.kv_heads", "1");
+  again.set("layer.1.option.bias", "false");
+  again.set("cross.layer.1.option.kv_heads", "2");
+  ModelConfig a, b;
+  a.attention = spec, b.attention = again;
+  CHECK(a == b);
+  StringMap meta = a.to_metadata();
+  CHECK(meta.at("attention.cross.layer.1.option.kv_heads") == "2");
+  CHECK(meta.at("attention.cross.type") == "mha");
+  CHECK(ModelConfig::from_metadata(meta) == a);
+  CHECK_THROWS_HEADROOM(again.set("cross.kind", "mha"), "should end in type or option.<name>");
+  CHECK_THROWS_HEADROOM(again.set("layer.one.type", "mha"), "is not an integer");
+  CHECK_THROWS_HEADROOM(again.set("layer.-1.type", "mha"), "layers count from 0");
+  CHECK_THROWS_HEADROOM(again.set("layer.1", "mha"), "should read layer.<index>.type");
+}
+
+TEST_CASE("a mixed-method EncoderDecoder trains, saves and rebuilds from its checkpoint's metadata alone") {
+  Generator gen(5);
+  ModelConfig c = mixed_seq2seq_config();
+  EncoderDecoder model(c, gen);
+  CHECK(kinds(*model.encoder) == std::vector<std::string>{"moa", "moa"});
+  CHECK(kinds(*model.decoder) == std::vector<std::string>{"mha/mha", "moh/mha"});
+  auto cross1 = std::dynamic_pointer_cast<MultiHeadAttention>(model.decoder->block(1)->cross_attn);
+  CHECK(cross1->config.kv_heads == 1);
+  auto [first, last] = train_steps(model, 30);
+  CHECK(last < first);
+
+  const std::string text = model.describe(5, 4);
+  CHECK(text.find("encoder.blocks.1.self_attn: moa: top-2 of 4 experts of width 8") != std::string::npos);
+  CHECK(text.find("decoder.blocks.0.self_attn: mha: 4 heads of width 4") != std::string::npos);
+  CHECK(text.find("decoder.blocks.1.self_attn: moh: 2 shared + top-2 of 2 routed") == std::string::npos);
+  CHECK(text.find("decoder.blocks.1.self_attn: moh: 1 shared + top-2 of 3 routed heads (3 of 4 active)") !=
+        std::string::npos);
+  CHECK(text.find("decoder.blocks.1.cross_attn: mha: 4 heads of width 4, 1 KV heads") != std::string::npos);
+  const int64_t moh_macs = model.decoder->block(1)->self_attn->macs(4, 4, true);
+  CHECK(text.find(std::to_string(moh_macs) + " forward MACs") != std::string::npos);
+
+  const std::string path = temp_path("headroom_mixed_seq2seq.safetensors");
+  save_module(model, path, model.config.to_metadata());
+  ModelConfig restored_config = ModelConfig::from_metadata(load_safetensors(path).metadata);
+  CHECK(restored_config == c);
+  EncoderDecoder restored(restored_config);
+  load_module(restored, path);  // strict: every layer has the parameters of the saved one
+  std::filesystem::remove(path);
+  model.eval(), restored.eval();
+  CHECK_CLOSE(seq2seq_logits(restored), seq2seq_logits(model), 0, 0);
+}
+
+TEST_CASE("a custom factory's layers are recorded in the config: describe, loss and checkpoint follow them") {
+  // A dense first layer and MoH after it, made by hand: the config still says "mha".
+  ModelConfig c = small_config();
+  auto factory_for = [&](Generator& gen) -> AttentionFactory {
+    return [&gen](int64_t layer, AttentionRole role) -> std::shared_ptr<Attention> {
+      MHAConfig mha{16, 4};
+      if (layer == 0 || role != AttentionRole::decoder_self) return std::make_shared<MultiHeadAttention>(mha, gen);
+      MoHConfig moh;
+      moh.mha = mha, moh.routed_k = 2;
+      return std::make_shared<MoHAttention>(moh, gen);
+    };
+  };
+  Generator gen_a(7), gen_b(7);
+  DecoderLM by_hand(c, gen_a, factory_for(gen_a));
+  CHECK(kinds(*by_hand.decoder) == std::vector<std::string>{"mha", "moh"});
+  CHECK(by_hand.config.attention.resolve(1, AttentionRole::decoder_self).type == "moh");
+  CHECK(by_hand.describe(6).find("decoder.blocks.1.self_attn: moh") != std::string::npos);
+
+  // The recorded config builds the same model with the default factory, from the same seed.
+  DecoderLM by_config(by_hand.config, gen_b);
+  CHECK_CLOSE(by_config.state_dict()[0].second, by_hand.state_dict()[0].second, 0, 0);
+  Tensor tokens = testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0}, 2);
+  ModelOutput a = by_hand.forward(tokens), b = by_config.forward(tokens);
+  REQUIRE(a.aux_losses.size() == 1);  // the MoH layer's, not dropped
+  Tensor loss_a = training_loss(cross_entropy(a.out, tokens), a.aux_losses, 12);
+  Tensor loss_b = training_loss(cross_entropy(b.out, tokens), b.aux_losses, 12);
+  CHECK(loss_a.item() == loss_b.item());
+
+  const std::string path = temp_path("headroom_custom_factory.safetensors");
+  save_module(by_hand, path, by_hand.config.to_metadata());
+  DecoderLM restored(ModelConfig::from_metadata(load_safetensors(path).metadata));
+  load_module(restored, path);
+  std::filesystem::remove(path);
+  NoGradGuard no_grad;
+  by_hand.eval(), restored.eval();
+  CHECK_CLOSE(restored.forward(tokens).out, by_hand.forward(tokens).out, 0, 0);
+}
+
+TEST_CASE("each layer's aux loss is counted once, weighted by its method: the model's loss against a hand sum") {
+  Generator gen(9);
+  ModelConfig c = mixed_seq2seq_config();
+  c.attention.at.clear();  // two MoH decoder layers, so MoH's mean is over 2
+  EncoderDecoder model(c, gen);
+  auto moh_layers = collect_modules<MoHAttention>(model);
+  auto moa_layers = collect_modules<MoAAttention>(model);
+  REQUIRE(moh_layers.size() == 2);
+  REQUIRE(moa_layers.size() == 2);
+  auto total_loss = [&] {
+    ModelOutput enc = model.encode(source_batch());
+    ModelOutput dec = model.decode(target_batch(), enc.out);
+    std::vector<AuxLoss> aux = enc.aux_losses;
+    aux.insert(aux.end(), dec.aux_losses.begin(), dec.aux_losses.end());
+    return std::make_pair(training_loss(Tensor::scalar(2.0), aux, 8).item(), aux);
+  };
+  auto [model_loss, weighted] = total_loss();
+  REQUIRE(weighted.size() == 4);  // 2 MoA + 2 MoH; MHA cross-attention has none
+
+  // The same forward with each MoH layer made to return its raw L_b.
+  for (auto& moh : moh_layers) moh->moh_config.beta = 1, moh->set_aux_peers(1);
+  auto [unused, raw] = total_loss();
+  REQUIRE(raw.size() == 4);
+  // MoA (reference normalisation): its terms summed, per target token; MoH: 0.01 · their mean.
+  const double hand = 2.0 + (raw[0].value.item() + raw[1].value.item()) / 8 +
+                      0.01 * (raw[2].value.item() + raw[3].value.item()) / 2;
+  CHECK(raw[0].joins_summed_loss);
+  CHECK_FALSE(raw[2].joins_summed_loss);
+  CHECK(model_loss == doctest::Approx(hand).epsilon(1e-6));
+}
+
+TEST_CASE("a hand-built model shares MoH's aux weighting through share_aux_losses") {
+  struct TwoLayers : Module {
+    std::shared_ptr<MoHAttention> a, b;
+    explicit TwoLayers(Generator& gen) {
+      MoHConfig c;
+      c.mha = {16, 4};
+      a = register_module("a", std::make_shared<MoHAttention>(c, gen));
+      b = register_module("b", std::make_shared<MoHAttention>(c, gen));
+    }
+  };
+  Generator gen(3);
+  TwoLayers model(gen);
+  Tensor x = Tensor::randn({2, 5, 16}, gen);
+  const double alone = model.a->forward({x}).aux.value.item();  // beta · L_b: one layer
+  share_aux_losses(model);
+  CHECK(model.a->forward({x}).aux.value.item() == doctest::Approx(alone / 2));
+}
+
+TEST_CASE("one set of MoH and MoA defaults: struct and factory agree, they route, full routing needs an opt-in") {
+  for (int64_t heads : {4, 8, 16}) {
+    CAPTURE(heads);
+    MoHConfig moh;
+    moh.mha = {4 * heads, heads};
+    MoHAttention from_struct(moh);
+    ModelConfig c = small_config();
+    c.dim = 4 * heads, c.heads = heads, c.attention.type = "moh";
+    auto from_factory = std::dynamic_pointer_cast<MoHAttention>(make_attention(c, 0, AttentionRole::decoder_self));
+    REQUIRE(from_factory);
+    CHECK(from_factory->moh_config.shared_heads == from_struct.moh_config.shared_heads);
+    CHECK(from_factory->moh_config.routed_k == from_struct.moh_config.routed_k);
+    CHECK(from_struct.moh_config.shared_heads == heads / 4);
+    CHECK(2 * from_struct.active_heads() == heads);  // half the heads per token
+    c.attention.type = "moa";
+    auto moa = std::dynamic_pointer_cast<MoAAttention>(make_attention(c, 0, AttentionRole::decoder_self));
+    REQUIRE(moa);
+    CHECK(moa->config.num_experts == MoAConfig{}.num_experts);
+    CHECK(moa->config.k == MoAConfig{}.k);
+    CHECK(moa->config.k < moa->config.num_experts);
+  }
+  ModelConfig two_heads = small_config();
+  two_heads.heads = 2, two_heads.attention.type = "moh";  // 1 shared + 1 of 1 routed: every head
+  CHECK_THROWS_HEADROOM(make_attention(two_heads, 0, AttentionRole::decoder_self),
+                        "1 + 1 = heads: every head is active for every token");
+  two_heads.attention.options["allow_full_routing"] = "true";
+  CHECK(make_attention(two_heads, 0, AttentionRole::decoder_self)->kind() == "moh");
+  ModelConfig all_experts = small_config();
+  all_experts.attention = {"moa", {{"experts", "2"}, {"k", "2"}}};
+  CHECK_THROWS_HEADROOM(make_attention(all_experts, 0, AttentionRole::encoder_self),
+                        "k = num_experts = 2: every expert runs for every token");
+}
+
+TEST_CASE("attention_choice gives every option of a built layer; make_attention rebuilds it") {
+  ModelConfig c = small_config();
+  for (const AttentionSpec& spec : {AttentionSpec{"mha", {{"kv_heads", "2"}, {"bias", "false"}}},
+                                    AttentionSpec{"moh", {{"routed_k", "2"}, {"router", "qnorm"}}},
+                                    AttentionSpec{"moa", {{"experts", "6"}, {"aux_normalisation", "mean"}}},
+                                    AttentionSpec{"mae", {{"gate_activation", "tanh"}}}}) {
+    CAPTURE(spec.type);
+    c.attention = spec;
+    auto layer = make_attention(c, 0, AttentionRole::decoder_self);
+    AttentionChoice choice = attention_choice(*layer);
+    CHECK(choice.type == spec.type);
+    for (const auto& [key, value] : spec.options) CHECK(choice.options.at(key) == value);
+    c.attention = AttentionSpec{choice.type, choice.options};
+    CHECK(attention_choice(*make_attention(c, 0, AttentionRole::decoder_self)) == choice);
+  }
+}
+
+TEST_CASE("TransformerBlock from a BlockConfig; errors name the missing field") {
+  Generator gen(1);
+  auto attention = std::make_shared<MultiHeadAttention>(MHAConfig{8, 2}, gen);
+  BlockConfig b;
+  CHECK_THROWS_HEADROOM(TransformerBlock(b, attention), "BlockConfig.dim must be positive (the model width d), got 0");
+  b.dim = 8;
+  CHECK_THROWS_HEADROOM(TransformerBlock(b, attention), "BlockConfig.ffn_hidden must be positive");
+  b.ffn_hidden = 16, b.dropout = 1;
+  CHECK_THROWS_HEADROOM(TransformerBlock(b, attention), "BlockConfig.dropout must be in [0, 1)");
+  b.dropout = 0, b.causal = true;
+  TransformerBlock block(b, attention, nullptr, gen);
+  Tensor x = Tensor::randn({1, 3, 8}, gen);
+  Tensor full = block.forward(BlockInput(x)).out;
+  Tensor prefix = block.forward(BlockInput(x.narrow(1, 0, 2))).out;
+  CHECK_CLOSE(full.narrow(1, 0, 2), prefix, 1e-6, 1e-6);  // causal: later tokens do not reach earlier ones
+  CHECK(ModelConfig{}.block(AttentionRole::decoder_self).causal);
+}
