@@ -139,13 +139,14 @@ void add_lm_flags(Flags& flags, LmOptions& o) {
 RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const TrainOptions& o) {
   HEADROOM_CHECK(lm.context > 0 && lm.batch > 0, "[train_lm] --context and --batch must be positive");
   LmTask task(lm, model_options.config(), o.seed);
+  std::printf("%s\n", task.typed_model().describe(lm.context).c_str());
   TrainResult result = train(task, o);
-  RunSummary summary = summarize("lm", task.config(), o, result, task.model().num_parameters(),
+  RunSummary summary = summarize("lm", task.model(), task.config(), o, result,
                                  double(task.typed_model().forward_macs(lm.context)) / double(lm.context));
   if (!o.ckpt_dir.empty() && !o.eval_only) {
     write_curve_plots(o.ckpt_dir, "bits_per_byte");
     if (task.config().attention.type != "mha")
-      write_routing_report(o.ckpt_dir, task.routing_statistics(), shared_head_count(task.config()),
+      write_routing_report(o.ckpt_dir, task.routing_statistics(), shared_head_count(task.model()),
                            [&](int32_t id) { return task.tokenizer().describe_token(id); });
   }
   if (lm.generate > 0) print_sample(task, lm, o.seed);

@@ -17,13 +17,17 @@ ModelConfig ModelOptions::config() const {
   c.activation = Activation::gelu;
   c.dropout = dropout;
   c.attention.type = attn;
-  c.attention.options = parse_options(attn_opt);
+  c.attention.options = parse_options(attn_opt, "--attn-opt");
+  for (const auto& [key, value] : parse_options(attn_set, "--attn-set")) c.attention.set(key, value);
   return c;
 }
 
 void add_model_flags(Flags& flags, ModelOptions& m) {
   flags.add("attn", &m.attn, "attention: mha | moa | moh | mae");
   flags.add("attn-opt", &m.attn_opt, "the method's options, key=value,... (e.g. shared_heads=2,routed_k=4)");
+  flags.add("attn-set", &m.attn_set,
+            "attention per layer or role, key=value,... with keys [<role>.][layer.<i>.]type or ...option.<name>, "
+            "roles encoder_self, decoder_self, cross (e.g. layer.0.type=mha,cross.option.kv_heads=1)");
   flags.add("dim", &m.dim, "model width d");
   flags.add("heads", &m.heads, "attention heads h (MoA: d / h is the default expert width)");
   flags.add("layers", &m.layers, "transformer layers (per stack)");
@@ -31,7 +35,7 @@ void add_model_flags(Flags& flags, ModelOptions& m) {
   flags.add("dropout", &m.dropout, "dropout on embeddings, residual branches and the MLP");
 }
 
-StringMap parse_options(const std::string& text) {
+StringMap parse_options(const std::string& text, const std::string& flag) {
   StringMap options;
   size_t start = 0;
   while (start < text.size()) {
@@ -40,36 +44,31 @@ StringMap parse_options(const std::string& text) {
     std::string entry = text.substr(start, end - start);
     size_t equals = entry.find('=');
     if (equals == std::string::npos || equals == 0)
-      throw UsageError("--attn-opt entries are key=value, got '" + entry + "'");
+      throw UsageError(flag + " entries are key=value, got '" + entry + "'");
     options[entry.substr(0, equals)] = entry.substr(equals + 1);
     start = end + 1;
   }
   return options;
 }
 
-namespace {
-
-// Layer 0 of the model's attention, built on a scratch generator: the
-// method's resolved options (defaults filled in) without building the model.
-std::shared_ptr<Attention> first_attention_layer(const ModelConfig& config) {
-  Generator scratch(0);
-  return make_attention(config, 0, AttentionRole::decoder_self, scratch);
+double active_head_fraction(const Module& model, const ModelConfig& config) {
+  auto layers = collect_modules<Attention>(model);
+  if (layers.empty()) return 1.0;
+  double total = 0;
+  for (const auto& layer : layers) {
+    if (auto moh = std::dynamic_pointer_cast<MoHAttention>(layer))
+      total += double(moh->active_heads()) / double(moh->config.heads);
+    else if (auto moa = std::dynamic_pointer_cast<MoAAttention>(layer))
+      total += double(moa->config.k * moa->config.head_dim) / double(config.dim);
+    else
+      total += 1.0;
+  }
+  return total / double(layers.size());
 }
 
-}  // namespace
-
-double active_head_fraction(const ModelConfig& config) {
-  auto layer = first_attention_layer(config);
-  if (auto moh = std::dynamic_pointer_cast<MoHAttention>(layer))
-    return double(moh->active_heads()) / double(config.heads);
-  if (auto moa = std::dynamic_pointer_cast<MoAAttention>(layer))
-    return double(moa->config.k * moa->config.head_dim) / double(config.dim);
-  return 1.0;
-}
-
-int64_t shared_head_count(const ModelConfig& config) {
-  auto moh = std::dynamic_pointer_cast<MoHAttention>(first_attention_layer(config));
-  return moh ? moh->moh_config.shared_heads : 0;
+int64_t shared_head_count(const Module& model) {
+  auto moh = collect_modules<MoHAttention>(model);
+  return moh.empty() ? 0 : moh.front()->moh_config.shared_heads;
 }
 
 ModelOptions method_preset(const std::string& method, ModelOptions base) {

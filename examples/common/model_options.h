@@ -3,16 +3,14 @@
 // options, and the transformer's size.
 //
 //   ModelOptions m;                       // defaults: the small CPU models
-//   add_model_flags(flags, m);            // --attn --attn-opt --dim --heads --layers --ffn --dropout
+//   add_model_flags(flags, m);            // --attn --attn-opt --attn-set --dim --heads --layers --ffn --dropout
 //   ModelConfig config = m.config();      // then set vocab / image fields per task
 //
 // --attn-opt takes the method's options as "key=value,key=value"; they are
-// checked by make_attention, so a misspelt option fails before training:
-//   mha  kv_heads, bias
-//   moa  experts, k, head_dim, w_switch, w_z, w_cv, noisy_gating, sample_topk, aux_normalisation
-//   moh  shared_heads, routed_k, scaling, router, load_balance, beta, kv_heads, bias
-//   mae  gate_input, gate_hidden, gate_activation, sample_per, inference, kv_heads, bias
-// (README "Models" gives the equations each option selects.)
+// checked by make_attention (models/config.h lists them with their
+// defaults), so a misspelt option fails before training.  --attn-set takes
+// AttentionSpec::set keys for layers and roles that differ:
+//   --attn moh --attn-set layer.0.type=mha,cross.type=mha,cross.option.kv_heads=1
 #include <cstdint>
 #include <string>
 
@@ -24,6 +22,7 @@ namespace headroom::examples {
 struct ModelOptions {
   std::string attn = "mha";
   std::string attn_opt;  // "key=value,..."
+  std::string attn_set;  // "<AttentionSpec::set key>=value,..."
   int64_t dim = 128, heads = 8, layers = 4, ffn = 512;
   double dropout = 0.1;
   // The transformer part of a ModelConfig (pre-LN, GELU, sinusoidal positions,
@@ -34,16 +33,16 @@ struct ModelOptions {
 
 void add_model_flags(Flags& flags, ModelOptions& options);
 
-// "a=1,b=x" -> {a: 1, b: x}; throws UsageError on an entry without '='.
-StringMap parse_options(const std::string& text);
+// "a=1,b=x" -> {a: 1, b: x}; throws UsageError naming `flag` on an entry without '='.
+StringMap parse_options(const std::string& text, const std::string& flag = "--attn-opt");
 
-// The share of attention heads that run for each token, against dense MHA
-// with config.heads heads: MoH (h_s + K_r) / h, MoA k · d_h / d (k experts
+// The share of attention heads that run for each token, averaged over the
+// model's attention layers: MoH (h_s + K_r) / h, MoA k · d_h / d (k experts
 // of width d_h), MHA and MAE (whose mixture runs every head) 1.
-double active_head_fraction(const ModelConfig& config);
+double active_head_fraction(const Module& model, const ModelConfig& config);
 
-// MoH's shared heads per layer (0 for the other methods).
-int64_t shared_head_count(const ModelConfig& config);
+// The shared heads of the model's first MoH layer (0 without one).
+int64_t shared_head_count(const Module& model);
 
 // The method presets of `compare`, for h = base.heads heads of width d / h,
 // sized so that every preset's parameters stay within a few percent of MHA's:

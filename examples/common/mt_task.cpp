@@ -249,17 +249,18 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
   std::printf("data: %zu train / %zu valid / %zu test pairs, vocabulary %lld (%lld BPE merges)\n",
               task.split().train.size(), task.split().valid.size(), task.split().test.size(),
               (long long)task.tokenizer().vocab_size(), (long long)task.tokenizer().merge_count());
+  std::printf("%s\n", task.typed_model().describe(32, 32).c_str());
   TrainResult result = train(task, o);
   BleuScore test = test_translations(task, o.eval_only ? "" : o.ckpt_dir);
   std::printf("test: %s\n", test.to_string().c_str());
   result.eval.emplace_back("test_bleu", test.score);
   const int64_t length = 32;  // MACs per target token at a typical source and target length
-  RunSummary summary = summarize("mt", task.config(), o, result, task.model().num_parameters(),
+  RunSummary summary = summarize("mt", task.model(), task.config(), o, result,
                                  double(task.typed_model().forward_macs(length, length)) / double(length));
   if (!o.ckpt_dir.empty() && !o.eval_only) {
     write_curve_plots(o.ckpt_dir, "bleu");
     if (task.config().attention.type != "mha")
-      write_routing_report(o.ckpt_dir, task.routing_statistics(), shared_head_count(task.config()),
+      write_routing_report(o.ckpt_dir, task.routing_statistics(), shared_head_count(task.model()),
                            [&](int32_t id) { return task.tokenizer().describe_token(id); });
   }
   return summary;

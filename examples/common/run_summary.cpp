@@ -14,8 +14,8 @@ double RunSummary::metric(const std::string& name) const {
   HEADROOM_FAIL("[RunSummary] the ", task, " run has no metric '", name, "'");
 }
 
-RunSummary summarize(const std::string& task, const ModelConfig& config, const TrainOptions& options,
-                     const TrainResult& result, int64_t parameters, double macs_per_item) {
+RunSummary summarize(const std::string& task, const Module& model, const ModelConfig& config,
+                     const TrainOptions& options, const TrainResult& result, double macs_per_item) {
   RunSummary s;
   s.task = task;
   s.attention = config.attention.type;
@@ -23,9 +23,9 @@ RunSummary summarize(const std::string& task, const ModelConfig& config, const T
     s.options += (s.options.empty() ? "" : ",") + key + "=" + value;
   s.seed = options.seed;
   s.eval = result.eval;
-  s.parameters = parameters;
+  s.parameters = model.num_parameters();
   s.macs_per_item = macs_per_item;
-  s.active_heads = active_head_fraction(config);
+  s.active_heads = active_head_fraction(model, config);
   s.items_per_second = result.items_per_second;
   s.peak_bytes = result.peak_bytes;
   s.seconds = result.seconds;

@@ -30,8 +30,8 @@ struct RunSummary {
 };
 
 // The summary of a finished train() call.
-RunSummary summarize(const std::string& task, const ModelConfig& config, const TrainOptions& options,
-                     const TrainResult& result, int64_t parameters, double macs_per_item);
+RunSummary summarize(const std::string& task, const Module& model, const ModelConfig& config,
+                     const TrainOptions& options, const TrainResult& result, double macs_per_item);
 
 // main() of a training binary once its flags are declared: parses them,
 // sets the thread count, prints the config table, runs, prints the summary.

@@ -198,6 +198,7 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
               (long long)data.train.images.size(0), (long long)data.valid.images.size(0),
               (long long)data.test.images.size(0), (long long)task.config().image_size,
               (long long)task.config().image_size, (long long)task.config().classes);
+  std::printf("%s\n", task.typed_model().describe().c_str());
   TrainOptions o = options;
   if (vit.epochs > 0) o.steps = vit.epochs * task.steps_per_epoch();
   TrainResult result = train(task, o);
@@ -214,9 +215,9 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
     write_curve_plots(o.ckpt_dir, "accuracy");
     plot_confusion(o.ckpt_dir + "/confusion.png", test.confusion, data.test.class_names);
     if (task.config().attention.type != "mha")
-      write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names, shared_head_count(task.config()));
+      write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names, shared_head_count(task.model()));
   }
-  return summarize("vit", task.config(), o, result, task.model().num_parameters(), double(task.typed_model().forward_macs()));
+  return summarize("vit", task.model(), task.config(), o, result, double(task.typed_model().forward_macs()));
 }
 
 void set_vit_defaults(ModelOptions& model, TrainOptions& train) {
