@@ -1,5 +1,10 @@
 #pragma once
-// headroom: one include for the whole library.
+// headroom: one include for the whole library.  It also brings <iostream> and
+// <sstream>, so `std::cout << tensor` and printing to a std::ostringstream
+// need no other include.
+#include <iostream>
+#include <sstream>
+
 #include "headroom/config.h"
 #include "headroom/core/backend.h"
 #include "headroom/core/error.h"

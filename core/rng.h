@@ -8,6 +8,8 @@
 //   bits(s, i)    = splitmix64(s * 0x9E3779B97F4A7C15 + i)        (64 bits)
 //   uniform(s, i) = (bits(s, i) >> 40) * 2^-24                     in [0, 1)
 //   normal        = Box-Muller on two consecutive uniforms
+//   integer       = low + bits(s, i) mod (high - low)              in [low, high)
+//                   (Tensor::randint; the modulo bias is below (high - low) / 2^64)
 //
 // splitmix64 is Steele, Lea and Flood's finaliser (the seeding generator of
 // xoshiro); it passes BigCrush as a counter-based generator.

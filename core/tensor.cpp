@@ -141,8 +141,31 @@ Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, double mea
   return t;
 }
 
+Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, DType dtype, Device device) {
+  HEADROOM_CHECK(low < high, "[randint] got low = ", low, " and high = ", high,
+                 ", expected low < high (values are drawn from [low, high))");
+  HEADROOM_CHECK(dtype != DType::b8, "[randint] expected dtype i32, f32 or f64, got ", dtype_name(dtype));
+  // The integers the dtype holds exactly, all of them in between too.
+  const int64_t largest = dtype == DType::i32 ? INT32_MAX : dtype == DType::f32 ? int64_t(1) << 24 : int64_t(1) << 53;
+  const int64_t smallest = dtype == DType::i32 ? INT32_MIN : -largest;
+  HEADROOM_CHECK(low >= smallest && high - 1 <= largest, "[randint] got [low, high) = [", low, ", ", high,
+                 "), expected values in [", smallest, ", ", largest, "] for dtype ", dtype_name(dtype));
+  Tensor t = empty(shape, dtype);
+  const uint64_t range = uint64_t(high) - uint64_t(low);
+  const uint64_t first = gen.reserve(t.numel());
+  dispatch_any(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* out = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) out[i] = T(low + int64_t(gen.bits_at(first + i) % range));
+  });
+  return device.is_cpu() ? t : t.to(device);
+}
+
 Tensor Tensor::rand(const Shape& shape, DType dtype) { return rand(shape, default_generator(), dtype); }
 Tensor Tensor::randn(const Shape& shape, DType dtype) { return randn(shape, default_generator(), dtype); }
+Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Device device) {
+  return randint(low, high, shape, default_generator(), dtype, device);
+}
 
 // ---- metadata -----------------------------------------------------------------
 

@@ -75,6 +75,13 @@ class Tensor {
                       double mean = 0, double stddev = 1);
   static Tensor rand(const Shape& shape, DType dtype = DType::f32);   // default_generator()
   static Tensor randn(const Shape& shape, DType dtype = DType::f32);  // default_generator()
+  // Uniform integers in [low, high), low < high, as i32, f32 or f64 values;
+  // every integer of the range must be exact in the dtype (|v| <= 2^24 for
+  // f32, 2^53 for f64).  Drawn on the CPU, then moved to `device`.
+  static Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, DType dtype = DType::i32,
+                        Device device = Device::cpu());
+  static Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::i32,
+                        Device device = Device::cpu());  // default_generator()
 
   // ---- metadata -------------------------------------------------------
   bool defined() const { return impl_ != nullptr; }

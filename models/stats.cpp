@@ -17,20 +17,24 @@ namespace {
 // One layer's routing decisions of an add(), validated and read out.
 struct LayerBatch {
   int64_t experts = 0;           // E; 0: a dense layer, nothing to record
-  int64_t k = 0;                 // indices per row; 0: selection by gate > 0
+  int64_t k = 0;                 // indices per row; 0: no indices
   std::vector<double> gates;     // [N, E]
   std::vector<int32_t> indices;  // [N, k]
+  std::vector<char> unindexed;   // [E]: load counts assignments of e beyond the indices'
 
-  // selected[e] = 1 when row n chose expert e.
+  // selected[e] = 1 when row n uses expert e (the rule in stats.h).
   void selection(int64_t n, std::vector<char>& selected) const {
-    if (k == 0) {
-      for (int64_t e = 0; e < experts; ++e) selected[e] = gates[n * experts + e] > 0;
-      return;
-    }
-    std::fill(selected.begin(), selected.end(), 0);
+    for (int64_t e = 0; e < experts; ++e) selected[e] = unindexed[e] && gates[n * experts + e] > 0;
     for (int64_t j = 0; j < k; ++j) selected[indices[n * k + j]] = 1;
   }
 };
+
+// Finite values >= 0 (gates and load).
+void check_non_negative(const std::vector<double>& values, int64_t layer, const char* what) {
+  for (double v : values)
+    HEADROOM_CHECK(std::isfinite(v) && v >= 0, "[RoutingRecorder] layer ", layer, ": ", what, " ", v,
+                   ", expected finite values >= 0");
+}
 
 // rows: N given by tokens/valid, or -1 when neither is defined (the gates set it).
 LayerBatch read_layer(const RoutingStats& stats, int64_t layer, int64_t rows) {
@@ -46,9 +50,7 @@ LayerBatch read_layer(const RoutingStats& stats, int64_t layer, int64_t rows) {
                  shape_str(g.shape()), ", expected [N, E] with N = ", rows, " rows of tokens/valid");
   batch.experts = g.size(1);
   batch.gates = g.to_vector<double>();
-  for (double gate : batch.gates)
-    HEADROOM_CHECK(std::isfinite(gate) && gate >= 0, "[RoutingRecorder] layer ", layer, ": gate ", gate,
-                   ", expected finite values >= 0");
+  check_non_negative(batch.gates, layer, "gate");
   if (stats.indices.defined()) {
     const Tensor& idx = stats.indices;
     check_dtype("RoutingRecorder", idx, DType::i32, "indices");
@@ -61,6 +63,18 @@ LayerBatch read_layer(const RoutingStats& stats, int64_t layer, int64_t rows) {
       HEADROOM_CHECK(e >= 0 && e < batch.experts, "[RoutingRecorder] layer ", layer, ": index ", e,
                      " out of range for E = ", batch.experts);
   }
+  const Tensor& load = stats.load;
+  HEADROOM_CHECK(load.defined(), "[RoutingRecorder] layer ", layer,
+                 " has gates but no load: expected load [E] with them");
+  check_floating("RoutingRecorder", load, "load");
+  HEADROOM_CHECK(load.dim() == 1 && load.size(0) == batch.experts, "[RoutingRecorder] layer ", layer, ": load ",
+                 shape_str(load.shape()), ", expected [E] with E = ", batch.experts, " (the gates' columns)");
+  const std::vector<double> assignments = load.to_vector<double>();
+  check_non_negative(assignments, layer, "load");
+  std::vector<int64_t> indexed(batch.experts, 0);
+  for (int32_t e : batch.indices) ++indexed[e];
+  batch.unindexed.resize(batch.experts);
+  for (int64_t e = 0; e < batch.experts; ++e) batch.unindexed[e] = assignments[e] > double(indexed[e]);
   return batch;
 }
 

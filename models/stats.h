@@ -16,17 +16,24 @@
 // record a whole model's list as it comes.  Dense layers (no routing stats)
 // are skipped.
 //
-// What counts as "selected" for row n (a query token) and head/expert e:
-//   indices defined: e appears in indices[n] (top-k routing);
-//   indices undefined, gates defined: gates[n, e] > 0 (MAE's soft
-//   responsibilities, MoH layers with K_r = 0).
-// Note that MoH's shared heads are not in its indices (they are always
-// active), so their count is 0 there; their gates still enter the histograms.
+// What counts as "selected" (used) for row n (a query token) and head/expert
+// e: one rule for every method, the (token, slot) assignments that
+// RoutingStats::load counts, taken row by row:
+//   e is in indices[n] (a routed top-k choice), or
+//   gates[n, e] > 0 and the layer's load gives e more assignments than the
+//   add's rows (valid or not) whose indices name e: e is also active outside
+//   the indices.
+// So MoH's shared heads (not in its indices, active for every token) have
+// density 1, as has every head of a MoH layer with K_r = 0 (no indices); MAE's
+// soft responsibilities (no indices, load = Σ gates) count where gate > 0;
+// MoA's experts and MAE's top-1 or sampled expert count through the indices
+// only (their load holds nothing more, though MAE's gates are > 0 elsewhere).
 //
 // Per layer and head/expert:
 //   count      selected (token, e) pairs over the valid rows
 //   density    count / valid rows: the share of the layer's query tokens that
-//              selected e (a layer's densities sum to k under top-k)
+//              selected e (a layer's densities sum to k under top-k, h_s + K_r
+//              under MoH); routing.csv/json and the report's plots all use it
 //   mean_gate  mean gate over the selected pairs (0 when never selected)
 //   histogram  gate values of every pair that is selected or has a gate > 0,
 //              in fixed bins over [0, max_gate].  max_gate starts at 1 and
@@ -53,7 +60,8 @@ class RoutingRecorder {
   // Adds one forward pass: per attention layer l, stats[l] (layers without
   // gates are skipped: dense MHA has none).  Every call must pass the same
   // number of layers, each with the same number of experts as before.
-  // stats[l].gates: [N, E] floating, finite and >= 0; indices: i32 [N, k] in [0, E).
+  // stats[l].gates: [N, E] floating, finite and >= 0; indices: i32 [N, k] in [0, E);
+  // load: [E] floating, finite and >= 0, required with the gates.
   // tokens: optional i32 [N] token ids of the query rows (N = B*T, same order
   // as the stats rows) for PMI.  valid: optional b8 [N], 1 = count this row
   // (e.g. not padding).  Everything is checked before anything is recorded.

@@ -163,6 +163,8 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 Tensor min(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return extreme("min", cpu::Extreme::min, x, dims, keepdim);
 }
+Tensor max(const Tensor& x) { return max(x, {}); }
+Tensor min(const Tensor& x) { return min(x, {}); }
 
 // Composed from mean, sub, mul and sum (two passes, numerically sound); its
 // gradient 2 (x - mean) / (n - correction) comes from theirs.

@@ -24,6 +24,8 @@ Tensor mean(const Tensor& x);  // all elements: shape []
 // The reduced dimensions must not be empty.
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
 Tensor min(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor max(const Tensor& x);  // all elements: shape [], max(x, {})
+Tensor min(const Tensor& x);  // all elements: shape [], min(x, {})
 
 // sum((x - mean)^2) / (n - correction), n the number of reduced elements:
 // correction = 1 is the unbiased sample variance, 0 the population variance.

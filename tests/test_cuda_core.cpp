@@ -47,6 +47,17 @@ TEST_CASE("cuda: fill_, zeros and full on the device") {
         std::vector<int32_t>{7, 7});
 }
 
+TEST_CASE("cuda: randint on the device holds the CPU's draws") {
+  for (DType dtype : {DType::i32, DType::f32}) {
+    Generator on_cpu(6), on_cuda(6);
+    Tensor expected = Tensor::randint(-4, 9, {3, 70}, on_cpu, dtype);
+    Tensor got = Tensor::randint(-4, 9, {3, 70}, on_cuda, dtype, Device::cuda());
+    CHECK(got.device() == Device::cuda());
+    CHECK(got.dtype() == dtype);
+    CHECK(compare(got.to(Device::cpu()), expected, 0) == "");
+  }
+}
+
 TEST_CASE("cuda: autograd through to(device) returns the gradient to the CPU") {
   Generator gen(5);
   check_parity([](const std::vector<Tensor>& in) { return in[0].t().contiguous(); },

@@ -77,6 +77,18 @@ TEST_CASE("cuda reduce: max and min route the gradient to the first of tied elem
   }
 }
 
+TEST_CASE("cuda reduce: max(x) and min(x) over all elements, with ties, non-contiguous, f32 and f64") {
+  Generator gen(38);
+  for (bool largest : {true, false}) {
+    INFO((largest ? "max" : "min"));
+    auto extreme = [largest](const Tensor& t) { return largest ? headroom::max(t) : headroom::min(t); };
+    check_parity([&](const Inputs& in) { return extreme(in[0]); }, {small_ints({40, 3001}, gen)}, 0);
+    check_parity([&](const Inputs& in) { return extreme(in[0].permute({2, 0, 1})); },
+                 {Tensor::randn({4, 3, 9}, gen, DType::f64)}, 0);
+    check_parity([&](const Inputs& in) { return extreme(in[0]); }, {Tensor::randn({}, gen)}, 0);
+  }
+}
+
 TEST_CASE("cuda reduce: non-contiguous inputs and f64") {
   Generator gen(33);
   for (const NamedReduction& op : kReductions) {

@@ -193,6 +193,50 @@ TEST_CASE("gradcheck: every value reduction over adjacent and split dims, on a n
   CHECK_MESSAGE(all.ok, all.message);
 }
 
+// max(x) and min(x): every element of the tensor, in row-major order of its
+// (possibly permuted) view.
+TEST_CASE("max(x) and min(x) over all elements match a loop, are [] and send the gradient to the first extreme") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Generator g(11);
+    Tensor base = Tensor::randn({3, 4, 5}, g, dtype);
+    for (const Tensor& x : {base, base.permute({2, 0, 1})}) {
+      CAPTURE(dtype);
+      const Slice values = x.to_vector<double>();
+      for (bool largest : {true, false}) {
+        CAPTURE(largest);
+        Tensor out = largest ? max(x) : min(x);
+        CHECK(out.shape() == Shape{});
+        CHECK(out.dtype() == dtype);
+        CHECK(out.item() == values[first_extreme(values, largest)]);
+      }
+    }
+  }
+
+  // Ties: the first extreme in row-major order of the view gets the whole gradient.
+  Tensor x = Tensor::from_vector<double>({1, 3, 3, 3, 0, 0}, {2, 3}).set_requires_grad();
+  max(x).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0, 0, 0});
+  x.zero_grad();
+  min(x).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 0, 1, 0});
+  x.zero_grad();
+  max(x.t()).backward(Tensor::scalar(2, DType::f64));  // x.t() reads 1, 3, 3, 0, 3, 0: the first 3 is x[1, 0]
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 2, 0, 0});
+
+  for (bool largest : {true, false}) {
+    CAPTURE(largest);
+    auto extreme = [largest](const Tensor& t) { return largest ? max(t) : min(t); };
+    auto r = gradcheck([&](const std::vector<Tensor>& in) { return extreme(in[0].permute({2, 0, 1})) * 3.0; },
+                       {leaf({3, 2, 4}, 12)});
+    CHECK_MESSAGE(r.ok, r.message);
+    CHECK(std::isnan(extreme(Tensor::from_vector<float>({1, NAN, 2})).item()));
+    CHECK(extreme(Tensor::scalar(3.5, DType::f64)).item() == 3.5);
+  }
+  CHECK_THROWS_HEADROOM(max(Tensor::ones({2, 0})), "[max] cannot reduce over an empty dimension (input shape (2,0))");
+  CHECK_THROWS_HEADROOM(min(Tensor::ones({0})), "[min] cannot reduce over an empty dimension (input shape (0))");
+  CHECK_THROWS_HEADROOM(max(Tensor::ones({2}, DType::i32)), "[max] expected input of dtype f32 or f64, got i32");
+}
+
 TEST_CASE("logsumexp is stable and handles -inf; sums of f32 accumulate in double") {
   Tensor big = Tensor::from_vector<float>({1000, 1000, -1000, -1000}, {2, 2});
   CHECK_CLOSE(logsumexp(big, {1}).to_vector<double>(), std::vector<double>{1000 + std::log(2.0), -1000 + std::log(2.0)},

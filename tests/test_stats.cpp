@@ -1,6 +1,6 @@
 // RoutingRecorder: hand-built routing stats with known counts (densities, mean
-// gates, histograms, PMI), the CSV and JSON files, errors, and a tiny MoA
-// DecoderLM recorded end to end.
+// gates, histograms, PMI), the CSV and JSON files, errors, a tiny MoA
+// DecoderLM recorded end to end and a MoH layer's shared head.
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "headroom/core/json.h"
+#include "headroom/examples/common/report.h"
 #include "headroom/models/stats.h"
 #include "helpers.h"
 #include "transformer_helpers.h"
@@ -16,11 +17,22 @@ using namespace headroom;
 
 namespace {
 
-RoutingStats routed(const std::vector<int32_t>& indices, int64_t k, const std::vector<float>& gates, int64_t E) {
+// Hand-built stats.  load: as MoA and MAE report it unless given, the
+// assignments of the indices (k > 0) or the gates' column sums (k = 0).
+RoutingStats routed(const std::vector<int32_t>& indices, int64_t k, const std::vector<float>& gates, int64_t E,
+                    std::vector<float> load = {}) {
   RoutingStats s;
   const int64_t N = int64_t(gates.size()) / E;
   if (k > 0) s.indices = Tensor::from_vector(indices, {N, k});
   s.gates = Tensor::from_vector(gates, {N, E});
+  if (load.empty()) {
+    load.assign(E, 0);
+    if (k > 0)
+      for (int32_t e : indices) load[e] += 1;
+    else
+      for (size_t i = 0; i < gates.size(); ++i) load[i % E] += gates[i];
+  }
+  s.load = Tensor::from_vector(load);
   return s;
 }
 
@@ -46,6 +58,14 @@ std::string read_text(const std::string& path) {
   std::stringstream text;
   text << file.rdbuf();
   return text.str();
+}
+
+// A JSON file through core/json, which reads integers only: floats come back
+// as strings (read them with stod).
+json::Value read_json(const std::string& path) {
+  const std::string text = std::regex_replace(
+      read_text(path), std::regex(R"(-?[0-9]+(\.[0-9]+([eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+))"), "\"$&\"");
+  return json::parse(text, path);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -95,7 +115,7 @@ TEST_CASE("RoutingRecorder: counts, densities and mean gates from top-k indices"
   CHECK(r.histogram(1, 1) == std::vector<int64_t>{0, 2, 2, 2});
 }
 
-TEST_CASE("RoutingRecorder: soft gates select where > 0; heads outside the indices still fill histograms") {
+TEST_CASE("RoutingRecorder: soft gates select where > 0; heads outside the indices count where load has them") {
   RoutingRecorder r(4);
   // Soft (MAE responsibilities / MoH K_r = 0): row 1 gives expert 0 a zero gate.
   r.add({routed({}, 0, {0.25f, 0.75f, 0, 1}, 2)});
@@ -105,15 +125,23 @@ TEST_CASE("RoutingRecorder: soft gates select where > 0; heads outside the indic
   CHECK(r.histogram(0, 0) == std::vector<int64_t>{0, 1, 0, 0});  // the zero gate is not recorded
   CHECK(r.histogram(0, 1) == std::vector<int64_t>{0, 0, 0, 2});  // a gate of exactly max_gate: last bin
 
-  // MoH-like: head 0 shared (gate > 0, never in the indices), heads 1-2 routed with K_r = 1.
+  // MoH-like: head 0 shared (gate > 0, never in the indices, load 3 of 3 rows),
+  // heads 1-2 routed with K_r = 1.
   RoutingRecorder moh(4);
-  moh.add({routed({1, 2, 1}, 1, {0.5f, 0.75f, 0, 0.5f, 0, 0.25f, 0.5f, 0.25f, 0}, 3)});
-  CHECK(moh.count(0, 0) == 0);
-  CHECK(moh.mean_gate(0, 0) == 0.0);
+  moh.add({routed({1, 2, 1}, 1, {0.5f, 0.75f, 0, 0.5f, 0, 0.25f, 0.5f, 0.25f, 0}, 3, {3, 2, 1})});
+  CHECK(per_expert(moh, 0, &RoutingRecorder::count) == std::vector<int64_t>{3, 2, 1});
+  CHECK(moh.density(0, 0) == 1.0);
+  CHECK(moh.mean_gate(0, 0) == 0.5);
   CHECK(moh.histogram(0, 0) == std::vector<int64_t>{0, 0, 3, 0});
-  CHECK(moh.count(0, 1) == 2);
   CHECK(moh.histogram(0, 1) == std::vector<int64_t>{0, 1, 0, 1});
   CHECK(moh.density(0, 2) == doctest::Approx(1.0 / 3));
+
+  // MAE-like top-1: soft gates everywhere, but load holds the chosen expert only.
+  RoutingRecorder top1(4);
+  top1.add({routed({1, 1, 0}, 1, {0.25f, 0.75f, 0.5f, 0.5f, 0.75f, 0.25f}, 2)});
+  CHECK(per_expert(top1, 0, &RoutingRecorder::count) == std::vector<int64_t>{1, 2});
+  CHECK(top1.mean_gate(0, 0) == 0.75);
+  CHECK(top1.histogram(0, 0) == std::vector<int64_t>{0, 1, 1, 1});  // gates > 0 still fill the histograms
 }
 
 TEST_CASE("RoutingRecorder: the histogram range doubles and merges bins for larger gates") {
@@ -190,11 +218,8 @@ TEST_CASE("RoutingRecorder: JSON holds load, density, histograms and PMI top tok
   add_pmi_rows(r);
   const std::string path = "test_stats_routing.json";
   r.write_json(path, 2, 1);
-  // core/json reads integers only: quote the floats, then read them with stod.
-  const std::string text = std::regex_replace(
-      read_text(path), std::regex(R"(-?[0-9]+(\.[0-9]+([eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+))"), "\"$&\"");
+  json::Value doc = read_json(path);
   std::remove(path.c_str());
-  json::Value doc = json::parse(text, path);
   CHECK(doc.at("histogram_bins").as_integer() == 4);
   REQUIRE(doc.at("layers").as_array().size() == 1);
   const json::Value& layer = doc.at("layers").as_array()[0];
@@ -227,6 +252,12 @@ TEST_CASE("RoutingRecorder: errors") {
   RoutingStats no_gates;
   no_gates.indices = Tensor::from_vector(std::vector<int32_t>{0}, {1, 1});
   CHECK_THROWS_HEADROOM(r.add({no_gates}), "has indices but no gates");
+  RoutingStats no_load = routed({0}, 1, {1, 0}, 2);
+  no_load.load = Tensor();
+  CHECK_THROWS_HEADROOM(r.add({no_load}), "[RoutingRecorder] layer 0 has gates but no load: expected load [E] with them");
+  CHECK_THROWS_HEADROOM(r.add({routed({0}, 1, {1, 0}, 2, {1, 0, 0})}),
+                        "[RoutingRecorder] layer 0: load (3), expected [E] with E = 2 (the gates' columns)");
+  CHECK_THROWS_HEADROOM(r.add({routed({0}, 1, {1, 0}, 2, {1, -1})}), "layer 0: load -1, expected finite values >= 0");
   CHECK_THROWS_HEADROOM(r.add({routed({0}, 1, {1, 0}, 2)}, Tensor::from_vector(std::vector<int32_t>{1, 2})),
                         "expected [N, E] with N = 2");
   CHECK_THROWS_HEADROOM(r.add({routed({0}, 1, {1, 0}, 2)}, Tensor::from_vector(std::vector<float>{1})), "tokens");
@@ -276,5 +307,80 @@ TEST_CASE("RoutingRecorder: a tiny MoA DecoderLM, N·k assignments per layer") {
     const std::vector<int64_t> counts = per_expert(r, l, &RoutingRecorder::count);
     CHECK(r.tokens(l) == 19);
     CHECK(std::accumulate(counts.begin(), counts.end(), int64_t(0)) == 19 * 2);
+  }
+}
+
+// A MoH layer (1 shared head, K_r = 1 of 3 routed) through the recorder, two
+// rows invalid: the shared head is used by every valid token, each valid
+// token uses one routed head, and the CSV and JSON hold the same numbers.
+TEST_CASE("RoutingRecorder: a MoH layer's shared head has density 1; CSV and JSON carry the same densities") {
+  Generator gen(17);
+  MoHConfig config;
+  config.mha.heads = 4;
+  config.mha.dim = 8;
+  config.shared_heads = 1;
+  config.routed_k = 1;
+  MoHAttention layer(config, gen);
+  layer.eval();
+  NoGradGuard no_grad;
+  AttentionInput in;
+  in.x = Tensor::randn({2, 6, 8}, gen);
+  const RoutingStats stats = layer.forward(in).stats;
+  const std::vector<uint8_t> valid = {1, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1};  // 10 valid rows of 12
+  RoutingRecorder r(4);
+  r.add({stats}, Tensor(), Tensor::from_vector(valid));
+  REQUIRE(r.experts(0) == 4);
+  CHECK(r.tokens(0) == 10);
+
+  // The routed heads' counts by hand from the indices (heads 1-3) over the valid rows.
+  const std::vector<int32_t> chosen = stats.indices.to_vector<int32_t>();
+  REQUIRE(chosen.size() == 12);
+  std::vector<int64_t> expected = {10, 0, 0, 0};
+  for (size_t n = 0; n < valid.size(); ++n) {
+    REQUIRE(chosen[n] >= 1);
+    if (valid[n]) ++expected[size_t(chosen[n])];
+  }
+  CHECK(per_expert(r, 0, &RoutingRecorder::count) == expected);
+  const std::vector<double> density = per_expert(r, 0, &RoutingRecorder::density);
+  CHECK(density[0] == 1.0);
+  CHECK(density[1] + density[2] + density[3] == doctest::Approx(1.0));  // K_r = 1
+  CHECK(r.mean_gate(0, 0) > 0);
+  // Over every row the counts are the layer's own load.
+  RoutingRecorder all_rows;
+  all_rows.add({stats});
+  CHECK(per_expert(all_rows, 0, &RoutingRecorder::count) == stats.load.to_vector<int64_t>());
+
+  testing::TempDir dir("stats_moh");
+  r.write_csv(dir.file("routing.csv"));
+  r.write_json(dir.file("routing.json"));
+  const std::vector<std::string> csv = lines_of(read_text(dir.file("routing.csv")));
+  REQUIRE(csv.size() == 5);
+  for (int64_t e = 0; e < 4; ++e) {
+    CAPTURE(e);
+    std::vector<std::string> fields;
+    std::istringstream row(csv[size_t(e + 1)]);
+    for (std::string field; std::getline(row, field, ',');) fields.push_back(field);
+    REQUIRE(fields.size() == 5);
+    CHECK(fields[0] == "0");
+    CHECK(std::stoll(fields[2]) == expected[size_t(e)]);
+    CHECK(std::stod(fields[3]) == density[size_t(e)]);
+  }
+  const json::Value doc = read_json(dir.file("routing.json"));
+  const json::Value& layer_json = doc.at("layers").as_array().at(0);
+  for (int64_t e = 0; e < 4; ++e) {
+    CAPTURE(e);
+    CHECK(layer_json.at("count").as_array().at(size_t(e)).as_integer() == expected[size_t(e)]);
+    CHECK(std::stod(layer_json.at("density").as_array().at(size_t(e)).as_string()) == density[size_t(e)]);
+  }
+  // The ViT report's per-class densities are the recorder's too, whatever shared_heads says.
+  examples::write_class_routing_report(dir.path.string(), {r}, {"all"}, /*shared_heads=*/0);
+  const std::vector<std::string> by_class = lines_of(read_text(dir.file("routing_by_class.csv")));
+  REQUIRE(by_class.size() == 5);
+  CHECK(by_class[0] == "class,layer,expert,density");
+  for (int64_t e = 0; e < 4; ++e) {
+    CAPTURE(e);
+    const std::string prefix = "all,0," + std::to_string(e) + ",";
+    REQUIRE(by_class[size_t(e + 1)].rfind(prefix, 0) == 0);
+    CHECK(std::stod(by_class[size_t(e + 1)].substr(prefix.size())) == doctest::Approx(density[size_t(e)]).epsilon(1e-6));
   }
 }

@@ -113,6 +113,74 @@ TEST_CASE("rng is counter based, seeded and reproducible") {
   CHECK(*std::max_element(u.begin(), u.end()) < 2);
 }
 
+TEST_CASE("randint: integers in [low, high), one draw each, seeded, about uniform, in i32, f32 and f64") {
+  Generator g1(5), g2(5), g3(6);
+  Tensor a = Tensor::randint(-3, 7, {40, 50}, g1);
+  CHECK(a.dtype() == DType::i32);
+  CHECK(a.shape() == Shape{40, 50});
+  CHECK(a.device().is_cpu());
+  CHECK(g1.offset() == 2000);
+  const std::vector<int32_t> v = a.to_vector<int32_t>();
+  CHECK(v == Tensor::randint(-3, 7, {40, 50}, g2).to_vector<int32_t>());
+  CHECK(v != Tensor::randint(-3, 7, {40, 50}, g3).to_vector<int32_t>());
+  // Each of the 10 values about 200 times (binomial sd 13.4); chi-square over 9 degrees of freedom.
+  std::vector<int64_t> counts(10, 0);
+  for (int32_t x : v) {
+    REQUIRE(x >= -3);
+    REQUIRE(x < 7);
+    ++counts[x + 3];
+  }
+  double chi_square = 0;
+  for (int64_t c : counts) {
+    CHECK(c > 140);
+    CHECK(c < 260);
+    chi_square += double(c - 200) * double(c - 200) / 200;
+  }
+  CHECK(chi_square < 27.9);  // the 0.999 quantile
+  // A one-value range, and the draws are the same whichever dtype holds them.
+  CHECK(Tensor::randint(4, 5, {3}, g1).to_vector<int32_t>() == std::vector<int32_t>{4, 4, 4});
+  Generator f1(9), f2(9), f3(9);
+  const std::vector<double> as_i32 = Tensor::randint(-50, 50, {64}, f1).to_vector<double>();
+  CHECK(Tensor::randint(-50, 50, {64}, f2, DType::f32).to_vector<double>() == as_i32);
+  Tensor as_f64 = Tensor::randint(-50, 50, {64}, f3, DType::f64);
+  CHECK(as_f64.dtype() == DType::f64);
+  CHECK(as_f64.to_vector<double>() == as_i32);
+  // The widest ranges each dtype holds exactly: every value an integer within bounds, both signs drawn.
+  const int64_t two53 = int64_t(1) << 53;
+  Tensor wide_i32 = Tensor::randint(INT32_MIN, int64_t(INT32_MAX) + 1, {1000}, g1);
+  Tensor wide_f64 = Tensor::randint(-two53, two53 + 1, {1000}, g1, DType::f64);
+  int64_t negative = 0;
+  for (const Tensor& wide : {wide_i32, wide_f64})
+    for (double x : wide.to_vector<double>()) {
+      REQUIRE(std::floor(x) == x);
+      REQUIRE(std::abs(x) <= double(two53));
+      negative += x < 0;
+    }
+  CHECK(negative > 900);
+  CHECK(negative < 1100);
+  // The default generator's overload follows manual_seed.
+  manual_seed(21);
+  const std::vector<int32_t> seeded = Tensor::randint(0, 1000, {16}).to_vector<int32_t>();
+  manual_seed(21);
+  CHECK(Tensor::randint(0, 1000, {16}).to_vector<int32_t>() == seeded);
+  CHECK(Tensor::randint(0, 3, {0}, g1).numel() == 0);
+}
+
+TEST_CASE("randint errors: an empty range, a dtype that cannot hold the range, b8; nothing is drawn") {
+  Generator g(1);
+  CHECK_THROWS_HEADROOM(Tensor::randint(5, 5, {3}, g),
+                        "[randint] got low = 5 and high = 5, expected low < high (values are drawn from [low, high))");
+  CHECK_THROWS_HEADROOM(Tensor::randint(2, -1, {3}, g), "got low = 2 and high = -1, expected low < high");
+  CHECK_THROWS_HEADROOM(Tensor::randint(0, int64_t(INT32_MAX) + 2, {3}, g),
+                        "[randint] got [low, high) = [0, 2147483649), expected values in [-2147483648, 2147483647] "
+                        "for dtype i32");
+  CHECK_THROWS_HEADROOM(Tensor::randint(-(int64_t(1) << 24) - 1, 0, {3}, g, DType::f32),
+                        "expected values in [-16777216, 16777216] for dtype f32");
+  CHECK_THROWS_HEADROOM(Tensor::randint(0, (int64_t(1) << 53) + 2, {3}, g, DType::f64), "for dtype f64");
+  CHECK_THROWS_HEADROOM(Tensor::randint(0, 2, {3}, g, DType::b8), "[randint] expected dtype i32, f32 or f64, got b8");
+  CHECK(g.offset() == 0);
+}
+
 TEST_CASE("devices: parsing, and CUDA entry points without CUDA") {
   CHECK(Device::parse("cuda:1") == Device::cuda(1));
   CHECK(Device::parse("cpu").is_cpu());

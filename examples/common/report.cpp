@@ -38,11 +38,6 @@ LineSeries moving_average(const LineSeries& raw, size_t window) {
   return smooth;
 }
 
-// Density of (layer, e); MoH's shared heads count as always active.
-double density(const RoutingRecorder& recorder, int64_t layer, int64_t e, int64_t shared_heads) {
-  return e < shared_heads ? 1.0 : recorder.density(layer, e);
-}
-
 std::vector<int64_t> routed_layers(const RoutingRecorder& recorder) {
   std::vector<int64_t> layers;
   for (int64_t l = 0; l < recorder.layers(); ++l)
@@ -56,7 +51,7 @@ std::vector<std::string> expert_names(int64_t experts) {
   return names;
 }
 
-void plot_load(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads) {
+void plot_load(const std::string& run_dir, const RoutingRecorder& recorder) {
   std::vector<int64_t> layers = routed_layers(recorder);
   const int64_t experts = recorder.experts(layers.front());
   BarChart bars;
@@ -69,7 +64,7 @@ void plot_load(const std::string& run_dir, const RoutingRecorder& recorder, int6
   heat.cols = bars.categories;
   for (int64_t l : layers) {
     BarGroup group{"layer " + std::to_string(l), {}};
-    for (int64_t e = 0; e < experts; ++e) group.values.push_back(density(recorder, l, e, shared_heads));
+    for (int64_t e = 0; e < experts; ++e) group.values.push_back(recorder.density(l, e));
     heat.rows.push_back(std::to_string(l));
     heat.values.push_back(group.values);
     bars.groups.push_back(std::move(group));
@@ -153,20 +148,20 @@ void write_routing_report(const std::string& run_dir, const RoutingRecorder& rec
   if (routed_layers(recorder).empty()) return;
   recorder.write_json(run_dir + "/routing.json");
   recorder.write_csv(run_dir + "/routing.csv");
-  plot_load(run_dir, recorder, shared_heads);
+  plot_load(run_dir, recorder);
   plot_gates(run_dir, recorder, shared_heads);
   write_pmi_table(run_dir, recorder, token_name);
 }
 
 void write_class_routing_report(const std::string& run_dir, const std::vector<RoutingRecorder>& per_class,
-                                const std::vector<std::string>& class_names, int64_t shared_heads) {
+                                const std::vector<std::string>& class_names, int64_t /*shared_heads*/) {
   if (per_class.empty() || routed_layers(per_class.front()).empty()) return;
   std::string csv = "class,layer,expert,density\n";
   for (size_t c = 0; c < per_class.size(); ++c)
     for (int64_t l : routed_layers(per_class[c]))
       for (int64_t e = 0; e < per_class[c].experts(l); ++e)
         csv += class_names[c] + "," + std::to_string(l) + "," + std::to_string(e) + "," +
-               std::to_string(density(per_class[c], l, e, shared_heads)) + "\n";
+               std::to_string(per_class[c].density(l, e)) + "\n";
   write_file_atomically(run_dir + "/routing_by_class.csv", csv, "report");
   const int64_t last = routed_layers(per_class.front()).back();
   BarChart chart;
@@ -175,7 +170,7 @@ void write_class_routing_report(const std::string& run_dir, const std::vector<Ro
   chart.categories = expert_names(per_class.front().experts(last));
   for (size_t c = 0; c < per_class.size(); ++c) {
     BarGroup group{class_names[c], {}};
-    for (int64_t e = 0; e < per_class[c].experts(last); ++e) group.values.push_back(density(per_class[c], last, e, shared_heads));
+    for (int64_t e = 0; e < per_class[c].experts(last); ++e) group.values.push_back(per_class[c].density(last, e));
     chart.groups.push_back(std::move(group));
   }
   plot_bars(run_dir + "/load_by_class.png", chart);

@@ -9,7 +9,9 @@
 //   gates.png           gate-value distribution of shared vs routed heads (MoH) or of all experts
 //   pmi.md              MoA: each expert's top tokens by PMI
 //   load_by_class.png   ViT: density per head of the last layer, one bar group per class
-// MoH's shared heads are always active, so their density is drawn as 1.
+// Every density drawn is RoutingRecorder::density, the numbers of
+// routing.csv/json (MoH's shared heads: 1, models/stats.h).  shared_heads
+// only splits gates.png into shared and routed heads.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,7 +31,7 @@ void write_routing_report(const std::string& run_dir, const RoutingRecorder& rec
                           const std::function<std::string(int32_t)>& token_name);
 
 // One recorder per class (ViT): routing_by_class.csv (class,layer,expert,density)
-// and load_by_class.png.
+// and load_by_class.png.  shared_heads is not read: the densities are the recorders'.
 void write_class_routing_report(const std::string& run_dir, const std::vector<RoutingRecorder>& per_class,
                                 const std::vector<std::string>& class_names, int64_t shared_heads);
 
