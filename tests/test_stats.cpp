@@ -373,7 +373,7 @@ TEST_CASE("RoutingRecorder: a MoH layer's shared head has density 1; CSV and JSO
     CHECK(std::stod(layer_json.at("density").as_array().at(size_t(e)).as_string()) == density[size_t(e)]);
   }
   // The ViT report's per-class densities are the recorder's too, whatever shared_heads says.
-  examples::write_class_routing_report(dir.path.string(), {r}, {"all"}, /*shared_heads=*/0);
+  examples::write_class_routing_report(dir.path.string(), {r}, {"all"});
   const std::vector<std::string> by_class = lines_of(read_text(dir.file("routing_by_class.csv")));
   REQUIRE(by_class.size() == 5);
   CHECK(by_class[0] == "class,layer,expert,density");

@@ -154,7 +154,7 @@ void write_routing_report(const std::string& run_dir, const RoutingRecorder& rec
 }
 
 void write_class_routing_report(const std::string& run_dir, const std::vector<RoutingRecorder>& per_class,
-                                const std::vector<std::string>& class_names, int64_t /*shared_heads*/) {
+                                const std::vector<std::string>& class_names) {
   if (per_class.empty() || routed_layers(per_class.front()).empty()) return;
   std::string csv = "class,layer,expert,density\n";
   for (size_t c = 0; c < per_class.size(); ++c)

@@ -31,8 +31,8 @@ void write_routing_report(const std::string& run_dir, const RoutingRecorder& rec
                           const std::function<std::string(int32_t)>& token_name);
 
 // One recorder per class (ViT): routing_by_class.csv (class,layer,expert,density)
-// and load_by_class.png.  shared_heads is not read: the densities are the recorders'.
+// and load_by_class.png.
 void write_class_routing_report(const std::string& run_dir, const std::vector<RoutingRecorder>& per_class,
-                                const std::vector<std::string>& class_names, int64_t shared_heads);
+                                const std::vector<std::string>& class_names);
 
 }  // namespace headroom::examples

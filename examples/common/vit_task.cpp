@@ -215,7 +215,7 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
     write_curve_plots(o.ckpt_dir, "accuracy");
     plot_confusion(o.ckpt_dir + "/confusion.png", test.confusion, data.test.class_names);
     if (task.config().attention.type != "mha")
-      write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names, shared_head_count(task.model()));
+      write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names);
   }
   return summarize("vit", task.model(), task.config(), o, result, double(task.typed_model().forward_macs()));
 }
