@@ -446,14 +446,7 @@ TEST_CASE("MAE with RoPE: cached decoding equals the full forward (prefix_mean);
   NoGradGuard no_grad;
   Tensor full = m.forward({x, Tensor(), true}).out;
   CHECK(testing::compare(full, plain.forward({x, Tensor(), true}).out, 1e-3) != "");  // positions matter
-  AttentionCache cache;
-  std::vector<Tensor> pieces;
-  for (auto [start, length] : std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 1}, {3, 3}}) {
-    AttentionInput chunk{x.narrow(1, start, length), Tensor(), true};
-    chunk.cache = &cache;
-    pieces.push_back(m.forward(chunk).out);
-  }
-  CHECK_CLOSE(cat(pieces, 1), full, 1e-5);
+  CHECK_CLOSE(testing::decode_in_chunks(m, x, {2, 1, 3}), full, 1e-5);
   AttentionInput cross{x, memory};
   CHECK_CLOSE(m.forward(cross).out, plain.forward(cross).out, 0.0);
 }

@@ -134,17 +134,6 @@ Tensor row_positions(const Tensor& x, int64_t start) {
   return Tensor::from_vector(positions);
 }
 
-// MHA of a fixture case (d, h, h_kv, d_h, RoPE) with the case's weights, in `dtype`.
-std::shared_ptr<MultiHeadAttention> fixture_mha(const testing::Fixture& f, const std::string& prefix,
-                                                const MHAConfig& config, DType dtype) {
-  auto m = std::make_shared<MultiHeadAttention>(config);
-  NamedTensors weights;
-  for (const auto& [name, p] : m->named_parameters()) weights.push_back({name, f.get(prefix + name)});
-  m->load_state_dict(weights);
-  m->to(dtype);
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("rotary_embedding matches a frozen PyTorch rotate-half RoPE (d_h = 4 and 6, start > 0): values, gradients") {
@@ -227,7 +216,7 @@ TEST_CASE("MHA matches frozen PyTorch MHA: d_h = 3 (not d / h), and RoPE with GQ
     const std::string prefix = std::string("mha.") + name + ".";
     for (auto [dtype, atol, rtol] : {std::tuple{DType::f64, 1e-10, 1e-10}, std::tuple{DType::f32, 1e-5, 1e-4}}) {
       CAPTURE(dtype);
-      auto m = fixture_mha(f, prefix, config, dtype);
+      auto m = testing::fixture_layer<MultiHeadAttention>(f, prefix, config, dtype);
       Tensor x = f.get(prefix + "x").to(dtype).set_requires_grad();
       AttentionOutput o = m->forward({x, Tensor(), true});
       sum(o.out * f.get(prefix + "grad_out").to(dtype)).backward();
@@ -255,15 +244,7 @@ TEST_CASE("MHA with RoPE: cached decoding equals the full causal forward; RoPE m
   NoGradGuard no_grad;
   Tensor full = m.forward({x, Tensor(), true}).out;
   CHECK(testing::compare(full, plain.forward({x, Tensor(), true}).out, 1e-3) != "");  // positions matter
-  AttentionCache cache;
-  std::vector<Tensor> pieces;
-  for (auto [start, length] : {std::pair<int64_t, int64_t>{0, 1}, {1, 2}, {3, 3}}) {
-    AttentionInput chunk{x.narrow(1, start, length), Tensor(), true};
-    chunk.cache = &cache;
-    pieces.push_back(m.forward(chunk).out);
-  }
-  CHECK_CLOSE(cat(pieces, 1), full, 1e-5, 1e-5);
-  CHECK(cache.length() == 6);
+  CHECK_CLOSE(testing::decode_in_chunks(m, x, {1, 2, 3}), full, 1e-5, 1e-5);
   // Cross-attention ignores RoPE by design: the same output as without it.
   AttentionInput cross{x, memory};
   cross.key_padding = Tensor::from_vector<uint8_t>({0, 0, 1, 0, 0, 0, 0, 1}, {2, 4});

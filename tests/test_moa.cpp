@@ -122,14 +122,7 @@ TEST_CASE("MoA with RoPE: routed path equals the dense reference (gradients), ca
   CHECK(testing::compare(outs[0], plain.forward({x, Tensor(), true}).out, 1e-3) != "");  // positions matter
   m.eval();
   Tensor full = m.forward({x, Tensor(), true}).out;
-  AttentionCache cache;
-  std::vector<Tensor> pieces;
-  for (auto [start, length] : {std::pair<int64_t, int64_t>{0, 2}, {2, 1}, {3, 3}}) {
-    AttentionInput chunk{x.narrow(1, start, length), Tensor(), true};
-    chunk.cache = &cache;
-    pieces.push_back(m.forward(chunk).out);
-  }
-  CHECK_CLOSE(cat(pieces, 1), full, 1e-12);
+  CHECK_CLOSE(testing::decode_in_chunks(m, x, {2, 1, 3}), full, 1e-12);
   AttentionInput cross{x, memory};
   CHECK_CLOSE(m.forward(cross).out, plain.forward(cross).out, 0.0);
   MoAConfig odd = c;

@@ -440,17 +440,6 @@ TEST_CASE("MoH errors") {
 
 namespace {
 
-// A MoH layer with a fixture case's weights (`prefix` + parameter name), in `dtype`.
-std::shared_ptr<MoHAttention> fixture_moh(const testing::Fixture& f, const std::string& prefix,
-                                          const MoHConfig& config, DType dtype) {
-  auto m = std::make_shared<MoHAttention>(config);
-  NamedTensors weights;
-  for (const auto& [name, p] : m->named_parameters()) weights.push_back({name, f.get(prefix + name)});
-  m->load_state_dict(weights);
-  m->to(dtype);
-  return m;
-}
-
 struct Tolerance {
   double value, grad_atol, grad_rtol;
 };
@@ -482,7 +471,7 @@ const Tolerance kF64{1e-10, 1e-10, 1e-10};
 
 TEST_CASE("MoH matches a frozen PyTorch MoH (code scaling, learned router): output, aux, every gradient") {
   testing::Fixture f(HEADROOM_FIXTURES_DIR "/moh.safetensors");
-  auto m = fixture_moh(f, "", make_config(8, 4, 2, 1), DType::f32);
+  auto m = testing::fixture_layer<MoHAttention>(f, "", make_config(8, 4, 2, 1), DType::f32);
   check_fixture(*m, f, "", "grad.", kCausal, {1e-5, 1e-5, 1e-4});
 }
 
@@ -490,7 +479,7 @@ TEST_CASE("MoH with d_h = 3 (not d / h) matches a frozen PyTorch MoH: output, au
   testing::Fixture f(HEADROOM_FIXTURES_DIR "/moh_options.safetensors");
   MoHConfig config = make_config(8, 4, 2, 1);
   config.mha.head_dim = 3;
-  auto m = fixture_moh(f, "head_dim.", config, DType::f64);
+  auto m = testing::fixture_layer<MoHAttention>(f, "head_dim.", config, DType::f64);
   CHECK(m->q_proj->weight.shape() == Shape{12, 8});
   CHECK(m->o_proj->weight.shape() == Shape{8, 12});
   check_fixture(*m, f, "head_dim.", "grad.", kCausal, kF64);
@@ -511,12 +500,12 @@ TEST_CASE("MoH qnorm estimators Ste::all and Ste::selected match frozen PyTorch 
                             std::pair{MoHConfig::Ste::selected, std::string("grad_selected.")}}) {
     CAPTURE(grads);
     config.ste = ste;
-    auto m = fixture_moh(f, "qnorm.", config, DType::f64);
+    auto m = testing::fixture_layer<MoHAttention>(f, "qnorm.", config, DType::f64);
     check_fixture(*m, f, "qnorm.", grads, kCausal, kF64);
   }
   // Ste::all runs the dense path: forward() is forward_dense_reference().
   config.ste = MoHConfig::Ste::all;
-  auto m = fixture_moh(f, "qnorm.", config, DType::f64);
+  auto m = testing::fixture_layer<MoHAttention>(f, "qnorm.", config, DType::f64);
   NoGradGuard no_grad;
   AttentionInput in{f.get("qnorm.x").to(DType::f64), Tensor(), true};
   CHECK(m->forward(in).out.to_vector<double>() == m->forward_dense_reference(in).out.to_vector<double>());
@@ -526,7 +515,7 @@ TEST_CASE("MoH BalancePadding::exclude matches a frozen PyTorch MoH (aux over re
   testing::Fixture f(HEADROOM_FIXTURES_DIR "/moh_options.safetensors");
   MoHConfig config = make_config(8, 4, 2, 1);
   config.balance_padding = MoHConfig::BalancePadding::exclude;
-  auto m = fixture_moh(f, "exclude.", config, DType::f64);
+  auto m = testing::fixture_layer<MoHAttention>(f, "exclude.", config, DType::f64);
   AttentionInput in = kCausal;
   in.query_padding = in.key_padding = f.get("exclude.query_padding");
   check_fixture(*m, f, "exclude.", "grad.", in, kF64);
