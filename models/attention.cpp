@@ -1,7 +1,10 @@
 #include "headroom/models/attention.h"
 
+#include <cmath>
 #include <map>
 #include <mutex>
+#include <tuple>
+#include <vector>
 
 #include "headroom/core/grad_mode.h"
 #include "headroom/ops/elementwise.h"
@@ -20,25 +23,22 @@ void share_aux_losses(Module& model) {
     if (layer->has_aux_loss()) layer->set_aux_peers(layers_of_kind[layer->kind()]);
 }
 
-KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& project) {
+KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& project, const Rope& rope) {
   const bool cross = in.memory.defined();
   AttentionCache* cache = in.cache;
   if (cache && cross && cache->k.defined()) return {cache->k, cache->v, 0};
   auto [k, v] = project(cross ? in.memory : in.x);  // [B, h_kv, S_new, d_h]
-  int64_t past = 0;
-  if (cache) {
-    if (!cross && cache->k.defined()) {
-      HEADROOM_CHECK(cache->k.size(0) == k.size(0) && cache->k.size(1) == k.size(1) &&
-                         cache->k.size(3) == k.size(3),
-                     "[attention] cache holds keys of shape ", shape_str(cache->k.shape()),
-                     " but the new keys have shape ", shape_str(k.shape()));
-      past = cache->length();
-      k = cat({cache->k, k}, 2);
-      v = cat({cache->v, v}, 2);
-    }
-    cache->k = k;
-    cache->v = v;
+  const bool appending = cache && !cross && cache->k.defined();
+  const int64_t past = appending ? cache->length() : 0;
+  if (rope.applies_to(in)) k = rotary_embedding(k, past, rope.theta);
+  if (appending) {
+    HEADROOM_CHECK(cache->k.size(0) == k.size(0) && cache->k.size(1) == k.size(1) && cache->k.size(3) == k.size(3),
+                   "[attention] cache holds keys of shape ", shape_str(cache->k.shape()),
+                   " but the new keys have shape ", shape_str(k.shape()));
+    k = cat({cache->k, k}, 2);
+    v = cat({cache->v, v}, 2);
   }
+  if (cache) cache->k = k, cache->v = v;
   return {k, v, past};
 }
 
@@ -68,6 +68,90 @@ Tensor repeat_kv(const Tensor& kv, int64_t heads) {
   if (kv_heads == heads || kv_heads == 1) return kv;
   const Shape& s = kv.shape();
   return kv.unsqueeze(2).expand({s[0], kv_heads, heads / kv_heads, s[2], s[3]}).reshape({s[0], heads, s[2], s[3]});
+}
+
+// ---- rotary position embedding ------------------------------------------------
+
+namespace {
+
+// cos and sin tables of positions 0 .. length-1, [length, d_h] each.  The
+// sign of rotate_half is folded into `sin`: cat(−sin(angle), sin(angle)), so
+// that out = x · cos + swap_halves(x) · sin.
+struct RotaryTables {
+  Tensor cos, sin;
+};
+
+RotaryTables build_rotary_tables(int64_t length, int64_t d_h, double theta, DType dtype, Device device) {
+  const int64_t half = d_h / 2;
+  std::vector<double> cos_table(length * d_h), sin_table(length * d_h);
+  for (int64_t p = 0; p < length; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = double(p) * std::pow(theta, -2.0 * double(i) / double(d_h));
+      double* c = cos_table.data() + p * d_h;
+      double* s = sin_table.data() + p * d_h;
+      c[i] = c[half + i] = std::cos(angle);
+      s[i] = -std::sin(angle);
+      s[half + i] = std::sin(angle);
+    }
+  auto to_tensor = [&](const std::vector<double>& t) { return Tensor::from_vector(t, {length, d_h}).to(dtype).to(device); };
+  return {to_tensor(cos_table), to_tensor(sin_table)};
+}
+
+// The tables of at least `length` positions, cached per (d_h, θ, dtype, device).
+RotaryTables rotary_tables(int64_t length, int64_t d_h, double theta, DType dtype, Device device) {
+  using Key = std::tuple<int64_t, double, int, int, int>;
+  static std::mutex mutex;
+  // Never destroyed: device memory must not be freed after the allocator's own teardown at exit.
+  static auto* cache = new std::map<Key, RotaryTables>();
+  std::lock_guard<std::mutex> lock(mutex);
+  RotaryTables& tables = (*cache)[Key{d_h, theta, int(dtype), int(device.kind), device.index}];
+  if (!tables.cos.defined() || tables.cos.size(0) < length) {
+    const int64_t rows = std::max<int64_t>(length, tables.cos.defined() ? 2 * tables.cos.size(0) : 0);
+    tables = build_rotary_tables(rows, d_h, theta, dtype, device);
+  }
+  return tables;
+}
+
+void check_rotary_input(const char* op, const Tensor& x, int64_t dims, double theta) {
+  HEADROOM_CHECK(x.dim() == dims && x.size(-1) > 0 && x.size(-1) % 2 == 0, "[", op, "] expected a ", dims,
+                 "-d input whose last dimension (the head width) is even, got shape ", shape_str(x.shape()));
+  HEADROOM_CHECK(theta > 0, "[", op, "] theta must be > 0, got ", theta);
+}
+
+// x · cos + swap_halves(x) · sin for x [..., d_h] and tables broadcastable to it.
+Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  Tensor swapped = cat({x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + swapped * sin;
+}
+
+}  // namespace
+
+Tensor rotary_embedding(const Tensor& x, int64_t start, double theta) {
+  check_rotary_input("rotary_embedding", x, 4, theta);
+  HEADROOM_CHECK(start >= 0, "[rotary_embedding] start must be >= 0, got ", start);
+  const int64_t T = x.size(2);
+  RotaryTables tables = rotary_tables(start + T, x.size(3), theta, x.dtype(), x.device());
+  return rotate(x, tables.cos.narrow(0, start, T), tables.sin.narrow(0, start, T));  // tables [T, d_h]
+}
+
+Tensor rotary_embedding_rows(const Tensor& rows, const Tensor& positions, int64_t end, double theta) {
+  check_rotary_input("rotary_embedding_rows", rows, 2, theta);
+  HEADROOM_CHECK(positions.dtype() == DType::i32 && positions.dim() == 1 && positions.size(0) == rows.size(0),
+                 "[rotary_embedding_rows] expected i32 positions of shape [", rows.size(0), "], got ",
+                 dtype_name(positions.dtype()), " ", shape_str(positions.shape()));
+  RotaryTables tables = rotary_tables(end, rows.size(1), theta, rows.dtype(), rows.device());
+  return rotate(rows, index_select(tables.cos, 0, positions), index_select(tables.sin, 0, positions));  // [R, d_h]
+}
+
+void check_rope(const char* layer, const Rope& rope, int64_t head_dim) {
+  if (!rope.on) return;
+  HEADROOM_CHECK(head_dim % 2 == 0, "[", layer, "] rope needs an even head_dim, got ", head_dim);
+  HEADROOM_CHECK(rope.theta > 0, "[", layer, "] rope_theta must be > 0, got ", rope.theta);
+}
+
+Tensor rotate_queries(const AttentionInput& in, const KeysValues& kv, const Tensor& q, const Rope& rope) {
+  return rope.applies_to(in) ? rotary_embedding(q, kv.past, rope.theta) : q;
 }
 
 Tensor index_range(int64_t n, Device device) {

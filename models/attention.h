@@ -92,12 +92,48 @@ struct KeysValues {
   int64_t past = 0;  // cache length before this call: the causal offset of the new queries
 };
 
+// ---- rotary position embedding (RoPE) ----------------------------------------
+// Rotate-half RoPE, as LLaMA and Hugging Face's apply_rotary_pos_emb: for an
+// even head width d_h and base θ,
+//   inv_freq_i = θ^(−2i/d_h)  (i < d_h/2),  angle[p, i] = p · inv_freq_i
+//   cos, sin   = cos, sin of cat(angle, angle)                        [P, d_h]
+//   out        = x · cos + rotate_half(x) · sin,
+//   rotate_half(x) = cat(−x[..., d_h/2:], x[..., :d_h/2])
+// Built from differentiable ops (any device); the cos/sin tables are computed
+// on the host in double, once per (d_h, θ, dtype, device), grown by doubling.
+
+// x [B, h, T, d_h] at positions start .. start+T-1 -> [B, h, T, d_h]
+Tensor rotary_embedding(const Tensor& x, int64_t start, double theta);
+
+// rows [R, d_h], row r at position positions[r] (i32 [R] on rows' device,
+// each in [0, end)) -> [R, d_h]: the per-row form, for routed query rows.
+Tensor rotary_embedding_rows(const Tensor& rows, const Tensor& positions, int64_t end, double theta);
+
+// A layer's RoPE setting.  It rotates the queries and keys of self-attention
+// only: cross-attention (AttentionInput::memory defined) ignores it, so one
+// setting can serve a model's every attention layer.
+struct Rope {
+  bool on = false;
+  double theta = 10000;
+  bool applies_to(const AttentionInput& in) const { return on && !in.memory.defined(); }
+};
+
+// Throws, naming `layer`, unless a RoPE setting is usable: an even head width
+// and θ > 0.  Nothing to check when rope is off.
+void check_rope(const char* layer, const Rope& rope, int64_t head_dim);
+
+// Self-attention queries q [B, h, T, d_h] rotated to the new tokens'
+// positions kv.past .. kv.past+T-1 when the setting applies, else q.
+Tensor rotate_queries(const AttentionInput& in, const KeysValues& kv, const Tensor& q, const Rope& rope);
+
 // Projects the key/value source (memory, or x for self-attention) with
 // `project` (source [B, S, d] -> k, v [B, h_kv, S, d_h]) and applies the
 // cache: self-attention appends the new keys and values; cross-attention
 // projects the memory on the first call only and reuses it afterwards.
+// With `rope` on, self-attention's new keys are rotated to their positions
+// (the cache length onwards) before they enter the cache.
 using ProjectKeysValues = std::function<std::pair<Tensor, Tensor>(const Tensor& source)>;
-KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& project);
+KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& project, const Rope& rope = {});
 
 // The attention op's options for an input: causal (self-attention only) with
 // the cache offset, key padding, and dropout when training.

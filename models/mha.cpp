@@ -8,16 +8,22 @@ namespace headroom {
 
 MultiHeadAttention::MultiHeadAttention(const MHAConfig& cfg, Generator& gen) : config(cfg) {
   if (config.kv_heads == 0) config.kv_heads = config.heads;
-  HEADROOM_CHECK(config.heads > 0 && config.dim % config.heads == 0, "[MultiHeadAttention] dim ",
-                 config.dim, " must be a positive multiple of heads ", config.heads);
+  HEADROOM_CHECK(config.heads > 0 && config.head_dim >= 0, "[MultiHeadAttention] heads (", config.heads,
+                 ") must be positive and head_dim (", config.head_dim, ") >= 0");
+  HEADROOM_CHECK(config.head_dim > 0 || config.dim % config.heads == 0, "[MultiHeadAttention] dim ", config.dim,
+                 " must be a positive multiple of heads ", config.heads, " when head_dim = 0 (d / h)");
   HEADROOM_CHECK(config.kv_heads > 0 && config.heads % config.kv_heads == 0, "[MultiHeadAttention] kv_heads ",
                  config.kv_heads, " must divide heads ", config.heads);
-  head_dim = config.dim / config.heads;
-  const int64_t kv_width = config.kv_heads * head_dim;
-  q_proj = register_module("q_proj", std::make_shared<Linear>(config.dim, config.dim, config.bias, gen));
+  if (config.head_dim == 0) config.head_dim = config.dim / config.heads;
+  head_dim = config.head_dim;
+  HEADROOM_CHECK(config.dim > 0 && head_dim > 0, "[MultiHeadAttention] dim (", config.dim, ") and head_dim (",
+                 head_dim, ") must be positive");
+  check_rope("MultiHeadAttention", rope(), head_dim);
+  const int64_t width = config.heads * head_dim, kv_width = config.kv_heads * head_dim;
+  q_proj = register_module("q_proj", std::make_shared<Linear>(config.dim, width, config.bias, gen));
   k_proj = register_module("k_proj", std::make_shared<Linear>(config.dim, kv_width, config.bias, gen));
   v_proj = register_module("v_proj", std::make_shared<Linear>(config.dim, kv_width, config.bias, gen));
-  o_proj = register_module("o_proj", std::make_shared<Linear>(config.dim, config.dim, config.bias, gen));
+  o_proj = register_module("o_proj", std::make_shared<Linear>(width, config.dim, config.bias, gen));
 }
 
 Tensor MultiHeadAttention::queries(const Tensor& x) const {
@@ -30,12 +36,13 @@ KeysValues MultiHeadAttention::keys_values(const AttentionInput& in) const {
   return headroom::keys_values(in, [this](const Tensor& source) {
     return std::make_pair(split_heads(k_proj->forward(source), config.kv_heads),
                           split_heads(v_proj->forward(source), config.kv_heads));
-  });
+  }, rope());
 }
 
 Tensor MultiHeadAttention::head_outputs(const AttentionInput& in) {
-  Tensor q = queries(in.x);
+  Tensor q = queries(in.x);  // checks x
   KeysValues kv = keys_values(in);
+  q = rotate_queries(in, kv, q, rope());
   AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
   return attention(q, repeat_kv(kv.k, config.heads), repeat_kv(kv.v, config.heads), opts);
 }
@@ -53,8 +60,8 @@ AttentionOutput MultiHeadAttention::forward(const AttentionInput& in) {
 }
 
 int64_t MultiHeadAttention::macs(int64_t T, int64_t S, bool causal) const {
-  const int64_t d = config.dim, kv_width = config.kv_heads * head_dim;
-  const int64_t projections = 2 * T * d * d + 2 * S * d * kv_width;       // q, o and k, v
+  const int64_t d = config.dim, width = config.heads * head_dim, kv_width = config.kv_heads * head_dim;
+  const int64_t projections = 2 * T * d * width + 2 * S * d * kv_width;              // q, o and k, v
   const int64_t core = 2 * attended_pairs(T, S, causal) * head_dim * config.heads;  // q·kᵀ and p·v
   return projections + core;
 }

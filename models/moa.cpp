@@ -65,6 +65,15 @@ Tensor sample_experts(const Tensor& probs, int64_t k, int64_t sampled, Generator
   return Tensor::from_vector(chosen, {rows, k}).to(probs.device());
 }
 
+// The position of each grouped row's token, past + t for token (b, t):
+// i32 [N*k] in plan order, on the plan's device.
+Tensor row_positions(const RoutePlan& plan, int64_t batch, int64_t seq, int64_t past) {
+  Tensor positions = index_range(past + seq, plan.order.device()).narrow(0, past, seq);  // [T]
+  // Pair p = token * k + slot, token = b * T + t: the positions in pair order, then in plan order.
+  Tensor pairs = positions.view({1, seq, 1}).expand({batch, seq, plan.k}).reshape({plan.rows()});
+  return index_select(pairs, 0, plan.order);
+}
+
 }  // namespace
 
 // ---- ExpertLinear -------------------------------------------------------------
@@ -170,6 +179,7 @@ MoAAttention::Prepared MoAAttention::prepare(const AttentionInput& in) {
   HEADROOM_CHECK(x.defined() && x.dim() == 3 && x.size(2) == config.dim, "[MoAAttention] expected x of shape [B, T, ",
                  config.dim, "], got ", x.defined() ? shape_str(x.shape()) : "undefined");
   const int64_t B = x.size(0), T = x.size(1);
+  check_rope("MoAAttention", rope(), config.head_dim);
   HEADROOM_CHECK(!in.memory.defined() || (in.memory.dim() == 3 && in.memory.size(0) == B &&
                                           in.memory.size(2) == config.kv_dim),
                  "[MoAAttention] expected memory of shape [", B, ", S, ", config.kv_dim, "], got ",
@@ -198,7 +208,7 @@ MoAAttention::Prepared MoAAttention::prepare(const AttentionInput& in) {
       // Column slices of the fused rows, viewed without a copy (the attention reads them in place).
       auto head = [&](int64_t first) { return fused.narrow(1, first, d_h).view({B, 1, T, d_h}); };
       return std::make_pair(head(E), head(E + d_h));
-    });
+    }, rope());
   }
   p.opts = attention_options(in, p.kv, config.attn_dropout, is_training());
   p.opts.scale = 1 / std::sqrt(double(config.head_dim));  // §2.3 step 7, applied inside the attention op
@@ -221,6 +231,10 @@ AttentionOutput MoAAttention::forward(const AttentionInput& in) {
   Prepared p = prepare(in);
   RoutePlan plan = route(p.routing.indices, config.num_experts);
   Tensor q_rows = gather_segment_matmul(p.x_rows, q_proj->weight, plan);             // [N*k, d_h]
+  if (rope().applies_to(in)) {
+    const int64_t end = p.kv.past + p.seq_len;  // the new tokens' positions are past .. end-1
+    q_rows = rotary_embedding_rows(q_rows, row_positions(plan, p.batch, p.seq_len, p.kv.past), end, config.rope_theta);
+  }
   Tensor heads = routed_attention(q_rows, p.kv.k, p.kv.v, plan, p.seq_len, p.opts);  // [N*k, d_h]
   // Each token sums its k experts' outputs through W_o, each times its gate
   // (applied after the expert's output projection, §2.3 step 9).
@@ -232,6 +246,7 @@ AttentionOutput MoAAttention::forward_dense_reference(const AttentionInput& in) 
   const int64_t B = p.batch, T = p.seq_len, E = config.num_experts, N = B * T;
   Tensor q = matmul(p.x_rows, q_proj->weight);                                       // [E, N, d_h]
   q = q.reshape({E, B, T, config.head_dim}).permute({1, 0, 2, 3});                   // [B, E, T, d_h]
+  q = rotate_queries(in, p.kv, q, rope());
   Tensor heads = attention(q, p.kv.k, p.kv.v, p.opts);                               // [B, E, T, d_h]
   Tensor y = matmul(heads.permute({1, 0, 2, 3}).reshape({E, N, config.head_dim}), o_proj->weight);  // [E, N, d]
   Tensor dense_gates = p.routing.chosen.t().unsqueeze(-1);                          // [E, N, 1]

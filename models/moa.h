@@ -10,6 +10,7 @@
 //   (g, e) = top-k of p             ties: lowest index; no renormalisation
 //   K = m W_kᵀ, V = m W_vᵀ          [B, S, d_h]                (m = memory or x)
 //   y_t = Σ_j g_tj · softmax(x_t W_q^e (K)ᵀ / √d_h + mask) V W_o^e     (e = e_tj)
+//   with rope on (self-attention), x_t W_q^e and K rotated to their positions
 //
 // Only the N·k selected (token, expert) pairs are computed: they travel
 // through a route plan (ops/routing.h) as gather_segment_matmul(x, W_q) →
@@ -52,6 +53,10 @@ struct MoAConfig {
   MoAAuxNormalisation aux_normalisation = MoAAuxNormalisation::reference;
   // k = E runs every expert for every token: nothing is routed.  Refused unless set.
   bool allow_full_routing = false;
+  // Rotary position embedding (attention.h) of self-attention's expert
+  // queries and shared keys; cross-attention ignores it.  Needs an even head_dim.
+  bool rope = false;
+  double rope_theta = 10000;
 };
 
 // E independent [in, out] matrices applied to the rows of a route plan
@@ -96,6 +101,8 @@ class MoAAttention : public Attention {
   MoARouting route_tokens(const Tensor& x_rows, const Tensor& query_padding);
   // w_cv·cv² + w_switch·L_switch + w_z·L_z of one routing (§2.5), a scalar.
   Tensor aux_loss(const MoARouting& routing) const;
+
+  Rope rope() const { return {config.rope, config.rope_theta}; }
 
   MoAConfig config;
   std::shared_ptr<Linear> router;          // router.weight [E, d], zeros

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "headroom/core/grad_mode.h"
+#include "headroom/ops/elementwise.h"
 #include "headroom/ops/matmul.h"
 #include "headroom/ops/nn.h"
 #include "headroom/ops/reduce.h"
@@ -20,6 +21,7 @@ struct MoHAttention::Routing {
   Tensor heads;   // i32 [N, h_s + K_r]: the active heads of each token, shared ones first
   Tensor scores;  // r [N, E_r]: routed-head probabilities (undefined when K_r = 0)
   Tensor mask;    // [N, E_r]: 1 for the selected routed heads (constant)
+  Tensor counted; // [N, 1]: 1 for the tokens the load balance averages over; undefined = all
 };
 
 namespace {
@@ -42,6 +44,14 @@ Tensor active_head_list(int64_t tokens, int64_t shared, int64_t heads, const Ten
   Tensor routed = index_select(all_heads.narrow(0, shared, heads - shared), 0, routed_chosen.reshape({-1}));
   routed = routed.view({tokens, k});
   return shared == 0 ? routed : cat({shared_heads, routed}, 1);
+}
+
+// 1 - padding as [N, 1] in `dtype`: the tokens that count (query_padding b8 [B, T], 1 = pad).
+Tensor real_tokens(const Tensor& query_padding, int64_t n, DType dtype) {
+  HEADROOM_CHECK(query_padding.dtype() == DType::b8 && query_padding.dim() == 2 && query_padding.numel() == n,
+                 "[MoHAttention] expected query_padding of dtype b8 and shape [B, T] with B*T = ", n, ", got ",
+                 dtype_name(query_padding.dtype()), " ", shape_str(query_padding.shape()));
+  return logical_not(query_padding).to(dtype).reshape({n, 1});
 }
 
 }  // namespace
@@ -126,7 +136,10 @@ Tensor MoHAttention::routed_scores(const RouterLogits& logits, const Tensor& q) 
 
 Tensor MoHAttention::routed_gates(const Tensor& r, const Tensor& mask) const {
   const MoHConfig& c = moh_config;
-  if (c.router == MoHConfig::Router::qnorm) return mask + mask * (r - r.detach());  // exactly 0/1; STE backward
+  if (c.router == MoHConfig::Router::qnorm) {  // exactly 0/1; STE backward
+    Tensor surrogate = r - r.detach();           // 0 forward, ∂/∂r = 1
+    return mask + (c.ste == MoHConfig::Ste::all ? surrogate : mask * surrogate);
+  }
   Tensor selected = r * mask;
   if (c.scaling == MoHConfig::GateScaling::paper) return selected;
   Tensor total = maximum(sum(selected, {1}, true), machine_epsilon(r.dtype()));
@@ -140,9 +153,11 @@ Tensor MoHAttention::shared_gates(const RouterLogits& logits, const Tensor& x) c
   return moh_config.scaling == MoHConfig::GateScaling::code ? s * double(shared) : s;
 }
 
-MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& q) const {
+MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& q, const Tensor& query_padding) const {
   const int64_t n = x.size(0), shared = moh_config.shared_heads, k = moh_config.routed_k;
   Routing routing;
+  if (moh_config.balance_padding == MoHConfig::BalancePadding::exclude && query_padding.defined())
+    routing.counted = real_tokens(query_padding, n, x.dtype());
   RouterLogits logits = router_logits(x);
   Tensor g_shared = shared > 0 ? shared_gates(logits, x) : Tensor();
   Tensor g_routed, chosen;
@@ -164,7 +179,11 @@ MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& 
 }
 
 Tensor MoHAttention::load_balance(const Routing& routing) const {
-  Tensor balance = sum(mean(routing.scores, {0}) * mean(routing.mask, {0}));  // Σ_e P_e f_e
+  auto token_mean = [&](const Tensor& v) {  // v [N, E_r] -> [E_r]: over the counted tokens
+    if (!routing.counted.defined()) return mean(v, {0});
+    return sum(v * routing.counted, {0}) / maximum(sum(routing.counted), 1.0);
+  };
+  Tensor balance = sum(token_mean(routing.scores) * token_mean(routing.mask));  // Σ_e P_e f_e
   if (moh_config.load_balance == MoHConfig::LoadBalance::code) balance = balance * double(routed_heads());
   return balance;
 }
@@ -195,13 +214,16 @@ Tensor MoHAttention::query_rows(const Tensor& x, const Tensor& q, const RoutePla
 }
 
 AttentionOutput MoHAttention::forward(const AttentionInput& in) {
+  const bool qnorm = moh_config.router == MoHConfig::Router::qnorm;
+  if (qnorm && moh_config.ste == MoHConfig::Ste::all) return forward_dense_reference(in);  // every H_i has a gradient
   const Tensor& x = in.x;
   HEADROOM_CHECK(x.dim() == 3 && x.size(2) == config.dim, "[MoHAttention] expected x of shape [B, T, ",
                  config.dim, "], got ", shape_str(x.shape()));
   const int64_t batch = x.size(0), seq = x.size(1), n = batch * seq, h = config.heads;
   Tensor tokens = x.reshape({n, config.dim});
-  Tensor q = moh_config.router == MoHConfig::Router::qnorm ? queries(x) : Tensor();
-  Routing routing = route_tokens(tokens, q);
+  // Every head's query [B, h, T, d_h]: to route (qnorm, before rotation) or to rotate.
+  Tensor q = qnorm || rope().applies_to(in) ? queries(x) : Tensor();
+  Routing routing = route_tokens(tokens, q, in.query_padding);
   RoutePlan plan = route(routing.heads, h);  // segment = head
   // Each slot's (token, head) pair as its flat position token * h + head in [N, h]: [N*k], slot order.
   Tensor slot_pairs = flat_indices(routing.heads, h);
@@ -210,8 +232,8 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
 
   KeysValues kv = keys_values(in);  // every head: all tokens need them
   AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
-  Tensor heads = routed_attention(query_rows(tokens, q, plan, token_head_rows), repeat_kv(kv.k, h),
-                                  repeat_kv(kv.v, h), plan, seq, opts);  // [N*k, d_h]
+  Tensor rows = query_rows(tokens, rotate_queries(in, kv, q, rope()), plan, token_head_rows);  // [N*k, d_h]
+  Tensor heads = routed_attention(rows, repeat_kv(kv.k, h), repeat_kv(kv.v, h), plan, seq, opts);  // [N*k, d_h]
   // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d],
   // each token's gates in slot order [N, k] applied as its rows are summed.
   Tensor w_out = o_proj->weight.t().reshape({h, head_dim, config.dim});
@@ -226,7 +248,7 @@ AttentionOutput MoHAttention::forward_dense_reference(const AttentionInput& in) 
   Tensor q = moh_config.router == MoHConfig::Router::qnorm ? queries(x) : Tensor();
   Tensor heads = head_outputs(in);  // checks x; [B, h, T, d_h]
   const int64_t batch = x.size(0), seq = x.size(1);
-  Routing routing = route_tokens(x.reshape({batch * seq, config.dim}), q);
+  Routing routing = route_tokens(x.reshape({batch * seq, config.dim}), q, in.query_padding);
   return finish(routing, project_out(heads, routing.gates.reshape({batch, seq, config.heads})));
 }
 
@@ -248,10 +270,13 @@ int64_t MoHAttention::macs(int64_t T, int64_t S, bool causal) const {
   const int64_t kv_macs = 2 * S * d * config.kv_heads * d_h;
   const int64_t core = 2 * attended_pairs(T, S, causal) * d_h * active;
   const int64_t out = T * active * d_h * d;
-  int64_t queries = T * d * active * d_h, router = 0;
-  if (moh_config.router == MoHConfig::Router::qnorm) {
-    queries = T * d * d;                          // every head's query is needed to route
+  const bool qnorm = moh_config.router == MoHConfig::Router::qnorm;
+  // Every head's query when it is needed to route (qnorm) or to rotate (rope), else the active ones.
+  const int64_t queries = T * d * (qnorm || config.rope ? config.heads : active) * d_h;
+  int64_t router = 0;
+  if (qnorm) {
     router = k > 0 ? T * routed_heads() * d_h : 0;  // the squared norms
+    if (moh_config.ste == MoHConfig::Ste::all) return MultiHeadAttention::macs(T, S, causal) + router;  // dense
   } else {
     const int64_t router_rows = (k > 0 ? routed_heads() : 0) + (shared > 1 ? shared : 0) + (shared > 0 && k > 0 ? 2 : 0);
     router = T * d * router_rows;

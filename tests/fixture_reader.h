@@ -1,10 +1,13 @@
 #pragma once
 // Reads the frozen PyTorch fixtures (tests/fixtures/*.safetensors) for tests:
 // `Fixture f(path); f.get("q"); f.metadata("torch_version")`, on top of the
-// library's own safetensors loader.
+// library's own safetensors loader; fixture_layer builds a layer with a
+// fixture's weights.
+#include <memory>
 #include <string>
 
 #include "headroom/core/safetensors.h"
+#include "headroom/models/module.h"
 
 namespace headroom::testing {
 
@@ -21,5 +24,17 @@ class Fixture {
  private:
   SafetensorsFile file_;
 };
+
+// A Layer built from `config` with a fixture case's weights (stored as
+// prefix + parameter name), converted to `dtype`.
+template <typename Layer, typename Config>
+std::shared_ptr<Layer> fixture_layer(const Fixture& f, const std::string& prefix, const Config& config, DType dtype) {
+  auto layer = std::make_shared<Layer>(config);
+  NamedTensors weights;
+  for (const auto& [name, p] : layer->named_parameters()) weights.push_back({name, f.get(prefix + name)});
+  layer->load_state_dict(weights);
+  layer->to(dtype);
+  return layer;
+}
 
 }  // namespace headroom::testing

@@ -130,6 +130,22 @@ LayerPass layer_pass(Layer& layer, bool dense, const Tensor& x_value, const Tens
   return pass;
 }
 
+// Causal self-attention decoded chunk by chunk through one cache: the
+// outputs for x [B, T, d] cut into `lengths` (summing to T), concatenated
+// -> [B, T, d], to compare with the full forward.
+inline Tensor decode_in_chunks(Attention& layer, const Tensor& x, const std::vector<int64_t>& lengths) {
+  AttentionCache cache;
+  std::vector<Tensor> pieces;
+  int64_t start = 0;
+  for (int64_t length : lengths) {
+    AttentionInput chunk{x.narrow(1, start, length), Tensor(), true};
+    chunk.cache = &cache;
+    pieces.push_back(layer.forward(chunk).out);
+    start += length;
+  }
+  return cat(pieces, 1);
+}
+
 // Same output, aux loss and gradients (a gradient may be undefined on both sides).
 inline void check_same_pass(const LayerPass& a, const LayerPass& b, double tol) {
   CHECK_CLOSE(a.out, b.out, tol, tol);

@@ -1,8 +1,8 @@
 // Models on CUDA against the same models on the CPU: forward outputs, aux
 // losses and a few training steps of every attention type (AdamW, clipping,
 // MAE's block coordinate descent), routed vs dense-masked paths on the GPU,
-// cached decoding, checkpoints across devices, the optimizers and
-// Module::to(Device).  Skipped (and passing) without a device.
+// cached decoding, RoPE layers, checkpoints across devices, the optimizers
+// and Module::to(Device).  Skipped (and passing) without a device.
 #include <algorithm>
 
 #include "cuda_helpers.h"
@@ -210,6 +210,80 @@ TEST_CASE("cuda models: MoH with grouped KV heads and MAE's sampled and top-1 ex
     cpu_layer->eval(), cuda_layer->eval();
     CHECK_CLOSE(cuda_layer->forward({x.to(kCuda), Tensor(), true}).out, cpu_layer->forward({x, Tensor(), true}).out,
                 1e-5, 1e-4);
+  }
+}
+
+namespace {
+
+// Output, aux loss and every parameter's gradient (on the CPU) of
+// L = Σ out·dout + aux for causal self-attention x on the layer's device.
+std::vector<Tensor> causal_pass(Attention& layer, const Tensor& x, const Tensor& dout) {
+  layer.zero_grad();
+  const Device device = layer.device();
+  AttentionOutput o = layer.forward({x.to(device), Tensor(), true});
+  Tensor loss = sum(o.out * dout.to(device));
+  if (o.aux.defined()) loss = loss + o.aux.value;
+  loss.backward();
+  std::vector<Tensor> result = {o.out.to(kCpu), o.aux.defined() ? o.aux.value.to(kCpu) : Tensor()};
+  for (const Tensor& p : layer.parameters()) result.push_back(p.grad().defined() ? p.grad().to(kCpu) : Tensor());
+  return result;
+}
+
+// Each method with RoPE on (d = 16, h = 4, d_h = 6; MoA d_h = 8), from `gen`.
+std::vector<std::pair<std::string, std::shared_ptr<Attention>>> rope_layers(Generator& gen) {
+  MHAConfig mha{16, 4, 2};
+  mha.head_dim = 6, mha.rope = true, mha.rope_theta = 100;
+  MoHConfig learned;
+  learned.mha = mha, learned.shared_heads = 1, learned.routed_k = 2;
+  MoHConfig qnorm = learned;
+  qnorm.router = MoHConfig::Router::qnorm;
+  MoHConfig qnorm_all = qnorm;
+  qnorm_all.ste = MoHConfig::Ste::all;
+  MoAConfig moa;
+  moa.dim = 16, moa.num_experts = 4, moa.k = 2, moa.head_dim = 8, moa.rope = true;
+  MAEConfig mae;
+  mae.mha = mha;
+  return {{"mha", std::make_shared<MultiHeadAttention>(mha, gen)},
+          {"moh learned", std::make_shared<MoHAttention>(learned, gen)},
+          {"moh qnorm", std::make_shared<MoHAttention>(qnorm, gen)},
+          {"moh qnorm, ste all", std::make_shared<MoHAttention>(qnorm_all, gen)},
+          {"moa", std::make_shared<MoAAttention>(moa, gen)},
+          {"mae", std::make_shared<MAEAttention>(mae, gen)}};
+}
+
+}  // namespace
+
+TEST_CASE("cuda models: RoPE on the GPU matches the CPU: the rotary op (both forms), every method's layer "
+          "(outputs, aux, gradients), cached decoding") {
+  Generator gen(17);
+  Tensor heads = Tensor::randn({2, 3, 5, 6}, gen);
+  testing::check_parity([](const std::vector<Tensor>& in) { return rotary_embedding(in[0], 3, 100.0); }, {heads},
+                        1e-6);
+  Tensor rows = Tensor::randn({7, 4}, gen);
+  Tensor positions = Tensor::from_vector<int32_t>({0, 5, 2, 2, 9, 1, 3});
+  testing::check_parity(
+      [](const std::vector<Tensor>& in) { return rotary_embedding_rows(in[0], in[1], 10, 10000.0); },
+      {rows, positions}, 1e-6);
+
+  Tensor x = Tensor::randn({2, 5, 16}, gen), dout = Tensor::randn({2, 5, 16}, gen);
+  Generator cpu_gen(9), cuda_gen(9);
+  auto on_cpu = rope_layers(cpu_gen), on_cuda = rope_layers(cuda_gen);
+  for (size_t i = 0; i < on_cpu.size(); ++i) {
+    CAPTURE(on_cpu[i].first);
+    Attention& cpu_layer = *on_cpu[i].second;
+    Attention& cuda_layer = *on_cuda[i].second;
+    cuda_layer.to(kCuda);
+    std::vector<Tensor> a = causal_pass(cuda_layer, x, dout), b = causal_pass(cpu_layer, x, dout);
+    REQUIRE(a.size() == b.size());
+    for (size_t j = 0; j < a.size(); ++j) {
+      INFO("output, aux, then parameter gradients: ", j);
+      REQUIRE(a[j].defined() == b[j].defined());
+      if (a[j].defined()) CHECK_CLOSE(a[j], b[j], 1e-5, 1e-4);
+    }
+    cuda_layer.eval();
+    NoGradGuard no_grad;
+    Tensor full = cuda_layer.forward({x.to(kCuda), Tensor(), true}).out;
+    CHECK_CLOSE(testing::decode_in_chunks(cuda_layer, x.to(kCuda), {1, 2, 2}), full, 1e-5, 1e-4);
   }
 }
 

@@ -4,7 +4,8 @@
 // PyTorch fixture; the KV cache (prefix and source means); no leakage of the
 // prefix mean; gradchecks; top-1 inference; block coordinate descent (which
 // parameters and optimizer states change per block, seeded sampling); and a
-// tiny model that learns a copy task under BCD.
+// tiny model that learns a copy task under BCD; a head width other than d / h
+// and RoPE (cached decoding, cross-attention unchanged).
 #include "fixture_reader.h"
 #include "headroom/models/bcd.h"
 #include "headroom/models/mae.h"
@@ -408,4 +409,44 @@ TEST_CASE("MAE learns a previous-token task under block coordinate descent") {
   MESSAGE("loss ", first, " -> ", last, " (eval, mixture)");
   CHECK(first > 1.5);
   CHECK(last < 0.2);
+}
+
+TEST_CASE("MAE with d_h != d / h: uniform g is MHA of that width; the per-head weights equal Σ_i g_i f_i") {
+  Generator gen(12);
+  MAEConfig config = small_config();  // d = 8, h = 4
+  config.mha.head_dim = 3;
+  MAEAttention m(config, gen);
+  CHECK(m.o_proj->weight.shape() == Shape{8, 12});
+  MultiHeadAttention mha(config.mha, gen);
+  mha.load_state_dict(m.state_dict(), /*strict=*/false);
+  Tensor x = Tensor::randn({2, 5, 8}, gen);
+  CHECK_CLOSE(m.forward({x}).out, mha.forward({x}).out, 1e-6);  // the zero-initialised gate
+  randomise_gate(m, gen);
+  for (bool causal : {false, true}) {
+    AttentionInput in{x, Tensor(), causal};
+    AttentionOutput out = m.forward(in);
+    CHECK_CLOSE(out.out.to_vector<double>(), explicit_mixture(m, m.head_outputs(in), out.stats.gates), 1e-6, 0);
+  }
+  CHECK(m.macs(4, 4, false) == mha.macs(4, 4, false) + (8 * 8 + 8 * 4));
+}
+
+TEST_CASE("MAE with RoPE: cached decoding equals the full forward (prefix_mean); cross-attention ignores RoPE") {
+  Generator gen(13);
+  MAEConfig config = small_config();
+  config.mha.rope = true;
+  MAEAttention m(config, gen);
+  randomise_gate(m, gen);
+  m.eval();
+  MAEConfig plain_config = config;
+  plain_config.mha.rope = false;
+  MAEAttention plain(plain_config, gen);
+  plain.load_state_dict(m.state_dict());
+  plain.eval();
+  Tensor x = Tensor::randn({2, 6, 8}, gen), memory = Tensor::randn({2, 4, 8}, gen);
+  NoGradGuard no_grad;
+  Tensor full = m.forward({x, Tensor(), true}).out;
+  CHECK(testing::compare(full, plain.forward({x, Tensor(), true}).out, 1e-3) != "");  // positions matter
+  CHECK_CLOSE(testing::decode_in_chunks(m, x, {2, 1, 3}), full, 1e-5);
+  AttentionInput cross{x, memory};
+  CHECK_CLOSE(m.forward(cross).out, plain.forward(cross).out, 0.0);
 }

@@ -3,7 +3,9 @@
 // through the router (random and zero-initialised, with a pad row); top-k
 // ties at step 0; the aux losses (k = E, uniform load, hand values); the KV
 // cache; padding; the aux normalisation option; sampling and noisy gating;
-// the frozen PyTorch fixture; a learning check; MACs and errors.
+// the frozen PyTorch fixture; a learning check; MACs and errors; RoPE (E = k
+// = 1 is single-head RoPE attention, routed == dense, cached decoding,
+// cross-attention unchanged).
 #include <chrono>
 
 #include "headroom/models/moa.h"
@@ -58,30 +60,76 @@ double selection_margin(const MoAAttention& m, const Tensor& x) {
 
 }  // namespace
 
-TEST_CASE("MoA with E = k = 1 equals single-head attention (gate 1, any router)") {
+TEST_CASE("MoA with E = k = 1 equals single-head attention (gate 1, any router), with and without RoPE") {
   Generator gen(1);
-  MoAConfig c = small_config(1, 1);
-  c.head_dim = 8;  // MHA with one head has d_h = d
-  MoAAttention moa(c, gen);
-  randomise_router(moa, gen);
-  MHAConfig mc;
-  mc.dim = 8, mc.heads = 1, mc.bias = false;
-  MultiHeadAttention mha(mc, gen);
-  {
-    NoGradGuard no_grad;  // Linear weights are [out, in]; expert weights [in, out]
-    mha.q_proj->weight.copy_(moa.q_proj->weight.select(0, 0).t());
-    mha.k_proj->weight.copy_(moa.k_proj->weight);
-    mha.v_proj->weight.copy_(moa.v_proj->weight);
-    mha.o_proj->weight.copy_(moa.o_proj->weight.select(0, 0).t());
+  for (bool rope : {false, true}) {
+    CAPTURE(rope);
+    MoAConfig c = small_config(1, 1);
+    c.head_dim = 6;
+    c.rope = rope;
+    MoAAttention moa(c, gen);
+    randomise_router(moa, gen);
+    MHAConfig mc;
+    mc.dim = 8, mc.heads = 1, mc.bias = false, mc.head_dim = 6, mc.rope = rope;
+    MultiHeadAttention mha(mc, gen);
+    {
+      NoGradGuard no_grad;  // Linear weights are [out, in]; expert weights [in, out]
+      mha.q_proj->weight.copy_(moa.q_proj->weight.select(0, 0).t());
+      mha.k_proj->weight.copy_(moa.k_proj->weight);
+      mha.v_proj->weight.copy_(moa.v_proj->weight);
+      mha.o_proj->weight.copy_(moa.o_proj->weight.select(0, 0).t());
+    }
+    Tensor x = Tensor::randn({2, 5, 8}, gen), memory = Tensor::randn({2, 3, 8}, gen);
+    AttentionInput self{x, Tensor(), true}, cross{x, memory};
+    cross.key_padding = pad_mask({0, 0, 1, 0, 1, 0}, 2, 3);
+    for (const AttentionInput& in : {self, cross}) {
+      AttentionOutput o = moa.forward(in);
+      CHECK_CLOSE(o.out, mha.forward(in).out, 1e-5, 1e-4);
+      CHECK_CLOSE(o.stats.gates, Tensor::ones({10, 1}), 0.0);
+    }
   }
-  Tensor x = Tensor::randn({2, 5, 8}, gen), memory = Tensor::randn({2, 3, 8}, gen);
-  AttentionInput self{x, Tensor(), true}, cross{x, memory};
-  cross.key_padding = pad_mask({0, 0, 1, 0, 1, 0}, 2, 3);
-  for (const AttentionInput& in : {self, cross}) {
-    AttentionOutput o = moa.forward(in);
-    CHECK_CLOSE(o.out, mha.forward(in).out, 1e-5, 1e-4);
-    CHECK_CLOSE(o.stats.gates, Tensor::ones({10, 1}), 0.0);
+}
+
+TEST_CASE("MoA with RoPE: routed path equals the dense reference (gradients), cached decoding equals the full "
+          "forward, cross-attention ignores it") {
+  Generator gen(12);
+  MoAConfig c = small_config();
+  c.rope = true;
+  c.rope_theta = 100;
+  MoAAttention m(c, gen);
+  m.to(DType::f64);
+  randomise_router(m, gen);
+  Tensor x = Tensor::randn({2, 6, 8}, gen, DType::f64), memory = Tensor::randn({2, 4, 8}, gen, DType::f64);
+  Tensor seed = Tensor::randn({2 * 6 * 8 + 1}, gen, DType::f64);
+  std::vector<Tensor> leaves = m.parameters();
+  std::vector<std::vector<Tensor>> grads;
+  std::vector<Tensor> outs;
+  for (bool dense : {false, true}) {
+    for (Tensor& t : leaves) t.zero_grad();
+    AttentionOutput o = dense ? m.forward_dense_reference({x, Tensor(), true}) : m.forward({x, Tensor(), true});
+    sum(out_and_aux(o) * seed).backward();
+    outs.push_back(o.out);
+    grads.push_back(gradients(leaves));
   }
+  CHECK_CLOSE(outs[0], outs[1], 1e-12);
+  for (size_t i = 0; i < leaves.size(); ++i) CHECK_CLOSE(grads[0][i], grads[1][i], 1e-12);
+
+  NoGradGuard no_grad;
+  MoAConfig plain_config = c;
+  plain_config.rope = false;
+  MoAAttention plain(plain_config, gen);
+  plain.to(DType::f64);
+  plain.load_state_dict(m.state_dict());
+  CHECK(testing::compare(outs[0], plain.forward({x, Tensor(), true}).out, 1e-3) != "");  // positions matter
+  m.eval();
+  Tensor full = m.forward({x, Tensor(), true}).out;
+  CHECK_CLOSE(testing::decode_in_chunks(m, x, {2, 1, 3}), full, 1e-12);
+  AttentionInput cross{x, memory};
+  CHECK_CLOSE(m.forward(cross).out, plain.forward(cross).out, 0.0);
+  MoAConfig odd = c;
+  odd.head_dim = 5;
+  MoAAttention odd_layer(odd, gen);
+  CHECK_THROWS_HEADROOM(odd_layer.forward({Tensor::randn({1, 2, 8})}), "[MoAAttention] rope needs an even head_dim, got 5");
 }
 
 TEST_CASE("MoA routed path equals the dense reference: outputs, aux and every gradient") {

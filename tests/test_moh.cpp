@@ -4,6 +4,10 @@
 // (checklist 5), the KV cache (checklist 7), the routed path against the
 // dense reference (outputs and every gradient), gradchecks, conversion from a
 // dense layer, MACs, errors, a frozen PyTorch fixture and a learning check.
+// Options against frozen PyTorch fixtures (moh_options.safetensors): a head
+// width other than d / h, the qnorm router's two straight-through estimators
+// (Ste), and the load balance without padded tokens (BalancePadding); RoPE
+// (cached decoding, routed == dense, conversion, cross-attention unchanged).
 #include <algorithm>
 #include <numeric>
 
@@ -240,9 +244,13 @@ TEST_CASE("MoH decoding with a KV cache equals the full forward [checklist 7]") 
   // Chunks of 1, 2 and 3 new tokens: routing depends only on each token, the
   // causal offset on the cache length.
   Generator gen(4);
-  for (Router router : {Router::learned, Router::qnorm}) {
+  for (auto [router, rope] : {std::pair{Router::learned, false}, std::pair{Router::qnorm, false},
+                              std::pair{Router::learned, true}, std::pair{Router::qnorm, true}}) {
     CAPTURE(router == Router::qnorm);
-    MoHAttention m(make_config(16, 4, 1, 2, router), gen);
+    CAPTURE(rope);
+    MoHConfig config = make_config(16, 4, 1, 2, router);
+    config.mha.rope = rope;
+    MoHAttention m(config, gen);
     spread_routers(m, gen);
     m.eval();
     Tensor x = Tensor::randn({2, 6, 16}, gen), memory = Tensor::randn({2, 4, 16}, gen);
@@ -265,7 +273,7 @@ TEST_CASE("MoH decoding with a KV cache equals the full forward [checklist 7]") 
 
 TEST_CASE("MoH routed path equals the dense reference: output, aux loss and every gradient") {
   Generator gen(5);
-  struct Case { MoHConfig config; const char* name; };
+  struct Case { MoHConfig config; std::string name; DType dtype = DType::f32; };
   std::vector<Case> cases = {{make_config(8, 4, 2, 1), "code"},
                              {make_config(8, 4, 2, 2, Router::learned, Scaling::paper), "paper"},
                              {make_config(8, 4, 0, 2), "h_s = 0"},
@@ -277,11 +285,23 @@ TEST_CASE("MoH routed path equals the dense reference: output, aux loss and ever
   cases.back().config.mha.bias = false;
   cases.push_back({make_config(8, 4, 2, 1), "attention dropout"});
   cases.back().config.mha.attn_dropout = 0.25;
+  cases.push_back({make_config(8, 4, 2, 1), "d_h = 3"});
+  cases.back().config.mha.head_dim = 3;
+  // qnorm with RoPE in f64: W_q's gradient sums the router's and the
+  // attention's terms in another order on each path, which f32 rounds apart
+  // by ~2e-5 (in f64 the paths agree to 1e-12).
+  for (Router router : {Router::learned, Router::qnorm}) {
+    cases.push_back({make_config(8, 4, 1, 2, router), router == Router::qnorm ? "qnorm, RoPE, d_h = 6, f64" : "RoPE, d_h = 6"});
+    cases.back().config.mha.head_dim = 6;
+    cases.back().config.mha.rope = true;
+    cases.back().dtype = router == Router::qnorm ? DType::f64 : DType::f32;
+  }
   for (const Case& c : cases) {
     CAPTURE(c.name);
     MoHAttention m(c.config, gen);
     spread_routers(m, gen);
-    Tensor x = Tensor::randn({2, 5, c.config.mha.dim}, gen), dy = Tensor::randn({2, 5, c.config.mha.dim}, gen);
+    m.to(c.dtype);
+    Tensor x = Tensor::randn({2, 5, c.config.mha.dim}, gen, c.dtype), dy = Tensor::randn({2, 5, c.config.mha.dim}, gen, c.dtype);
     manual_seed(12);  // both paths draw the same dropout mask, indexed by (b, head, t, s)
     LayerPass routed = layer_pass(m, false, x, dy, AttentionInput{Tensor(), Tensor(), true});
     for (const Tensor& g : routed.grads) REQUIRE(g.defined());  // every parameter, and x, gets a gradient
@@ -343,6 +363,42 @@ TEST_CASE("MoH converted from a dense MHA with every head active is that MHA; GQ
   CHECK(all_shared->macs(5, 7, true) == dense.macs(5, 7, true));
 }
 
+TEST_CASE("MoH with RoPE: cross-attention ignores it; converted from a RoPE MHA with d_h != d / h it is that MHA") {
+  Generator gen(12);
+  MHAConfig config{16, 4, 2};
+  config.head_dim = 6;
+  config.rope = true;
+  config.rope_theta = 500;
+  MultiHeadAttention dense(config, gen);
+  auto moh = moh_from_mha(dense, 1, 3, /*allow_full_routing=*/true);  // every head active
+  CHECK(moh->config.rope);
+  CHECK(moh->config.rope_theta == 500);
+  CHECK(moh->head_dim == 6);
+  Tensor x = Tensor::randn({2, 5, 16}, gen), memory = Tensor::randn({2, 3, 16}, gen);
+  NoGradGuard no_grad;
+  AttentionInput self{x, Tensor(), true};
+  Tensor expected = dense.forward(self).out;
+  CHECK(moh->forward_dense_reference(self).out.to_vector<float>() == expected.to_vector<float>());
+  CHECK_CLOSE(moh->forward(self).out, expected, 1e-6, 1e-5);
+  // The same layers without RoPE: self-attention changes, cross-attention does not.
+  MoHConfig plain_config = moh->moh_config;
+  plain_config.mha.rope = false;
+  MoHAttention plain(plain_config, gen);
+  plain.load_state_dict(moh->state_dict());
+  CHECK(testing::compare(plain.forward(self).out, expected, 1e-3) != "");
+  AttentionInput cross{x, memory};
+  for (Router router : {Router::qnorm, Router::learned}) {
+    MoHConfig routed = make_config(16, 4, 1, 2, router);
+    routed.mha = config;
+    MoHAttention with_rope(routed, gen);
+    spread_routers(with_rope, gen);
+    routed.mha.rope = false;
+    MoHAttention without(routed, gen);
+    without.load_state_dict(with_rope.state_dict());
+    CHECK_CLOSE(with_rope.forward(cross).out, without.forward(cross).out, 0.0);
+  }
+}
+
 TEST_CASE("MoH MACs count K and V for all keys, Q, core and O for the active heads, and the router") {
   Generator gen(9);
   MoHAttention m(make_config(8, 4, 2, 1), gen);  // d = 8, d_h = 2, 3 active heads
@@ -352,6 +408,19 @@ TEST_CASE("MoH MACs count K and V for all keys, Q, core and O for the active hea
   CHECK(m.macs(4, 4, true) == kv + q + 2 * 10 * 2 * 3 + o + router);
   MoHAttention qnorm(make_config(8, 4, 2, 1, Router::qnorm), gen);
   CHECK(qnorm.macs(4, 4, false) == kv + 4 * 8 * 8 + core + o + 4 * 2 * 2);  // all queries, then ‖q_i‖²
+  // RoPE: every head's query is computed (to rotate), the rest as before.
+  MoHConfig rope = make_config(8, 4, 2, 1);
+  rope.mha.rope = true;
+  CHECK(MoHAttention(rope).macs(4, 4, false) == kv + 4 * 8 * 8 + core + o + router);
+  // d_h = 3: every width follows h·d_h.
+  MoHConfig wide = make_config(8, 4, 2, 1);
+  wide.mha.head_dim = 3;
+  CHECK(MoHAttention(wide).macs(4, 4, false) ==
+        2 * 4 * 8 * 12 + 4 * 8 * 3 * 3 + 2 * 16 * 3 * 3 + 4 * 3 * 3 * 8 + router);
+  // qnorm with Ste::all runs the dense path: MHA's MACs plus the norms.
+  MoHConfig all = make_config(8, 4, 2, 1, Router::qnorm);
+  all.ste = MoHConfig::Ste::all;
+  CHECK(MoHAttention(all).macs(4, 4, true) == MultiHeadAttention(all.mha).macs(4, 4, true) + 4 * 2 * 2);
 }
 
 TEST_CASE("MoH errors") {
@@ -374,25 +443,103 @@ TEST_CASE("MoH errors") {
   CHECK_THROWS_HEADROOM(moh_from_mha(m, 2, 1), "router_routed.weight");  // not a dense layer
 }
 
-TEST_CASE("MoH matches a frozen PyTorch MoH (code scaling, learned router): output, aux, every gradient") {
-  testing::Fixture f(HEADROOM_FIXTURES_DIR "/moh.safetensors");
-  MoHAttention m(make_config(8, 4, 2, 1));
-  NamedTensors weights;
-  for (const auto& [name, p] : m.named_parameters()) weights.push_back({name, f.get(name)});
-  m.load_state_dict(weights);
-  Tensor x = f.get("x"), dy = f.get("grad_out");
+namespace {
+
+struct Tolerance {
+  double out, aux, grad_atol, grad_rtol;  // out and aux: atol = rtol
+};
+
+// Both paths of `m` on the case's x and grad_out against its out, aux and the
+// gradients stored as prefix + grads + name (every parameter, then x).
+void check_fixture(MoHAttention& m, const testing::Fixture& f, const std::string& prefix, const std::string& grads,
+                   AttentionInput shape, Tolerance tol) {
+  const DType dtype = m.q_proj->weight.dtype();
+  Tensor x = f.get(prefix + "x").to(dtype), dy = f.get(prefix + "grad_out").to(dtype);
   for (bool dense : {false, true}) {
     CAPTURE(dense);
-    LayerPass pass = layer_pass(m, dense, x, dy, AttentionInput{Tensor(), Tensor(), true});
-    CHECK_CLOSE(pass.out, f.get("out"), 1e-5, 1e-5);
-    CHECK_CLOSE(pass.aux.reshape({1}), f.get("aux").reshape({1}), 1e-6, 1e-6);
+    LayerPass pass = layer_pass(m, dense, x, dy, shape);
+    CHECK_CLOSE(pass.out, f.get(prefix + "out"), tol.out, tol.out);
+    CHECK_CLOSE(pass.aux.reshape({1}), f.get(prefix + "aux").reshape({1}), tol.aux, tol.aux);
     NamedTensors params = m.named_parameters();
     for (size_t i = 0; i < params.size(); ++i) {
       CAPTURE(params[i].first);
-      CHECK_CLOSE(pass.grads[i], f.get("grad." + params[i].first), 1e-5, 1e-4);
+      CHECK_CLOSE(pass.grads[i], f.get(prefix + grads + params[i].first), tol.grad_atol, tol.grad_rtol);
     }
-    CHECK_CLOSE(pass.grads.back(), f.get("grad.x"), 1e-5, 1e-4);
+    CHECK_CLOSE(pass.grads.back(), f.get(prefix + grads + "x"), tol.grad_atol, tol.grad_rtol);
   }
+}
+
+const AttentionInput kCausal{Tensor(), Tensor(), true};
+const Tolerance kF64{1e-10, 1e-10, 1e-10, 1e-10};
+
+}  // namespace
+
+TEST_CASE("MoH matches a frozen PyTorch MoH (code scaling, learned router): output, aux, every gradient") {
+  testing::Fixture f(HEADROOM_FIXTURES_DIR "/moh.safetensors");
+  auto m = testing::fixture_layer<MoHAttention>(f, "", make_config(8, 4, 2, 1), DType::f32);
+  check_fixture(*m, f, "", "grad.", kCausal, {1e-5, 1e-6, 1e-5, 1e-4});
+}
+
+TEST_CASE("MoH with d_h = 3 (not d / h) matches a frozen PyTorch MoH: output, aux, every gradient") {
+  testing::Fixture f(HEADROOM_FIXTURES_DIR "/moh_options.safetensors");
+  MoHConfig config = make_config(8, 4, 2, 1);
+  config.mha.head_dim = 3;
+  auto m = testing::fixture_layer<MoHAttention>(f, "head_dim.", config, DType::f64);
+  CHECK(m->q_proj->weight.shape() == Shape{12, 8});
+  CHECK(m->o_proj->weight.shape() == Shape{8, 12});
+  check_fixture(*m, f, "head_dim.", "grad.", kCausal, kF64);
+}
+
+TEST_CASE("MoH qnorm estimators Ste::all and Ste::selected match frozen PyTorch MoH; their router gradients differ") {
+  testing::Fixture f(HEADROOM_FIXTURES_DIR "/moh_options.safetensors");
+  // The stored gradients of the two estimators differ where the router's
+  // gradient flows (W_q, b_q, x), and only there.
+  auto difference = [&](const std::string& name) {
+    return max(abs(f.get("qnorm.grad_all." + name) - f.get("qnorm.grad_selected." + name)), {0}).item();
+  };
+  CHECK(difference("q_proj.bias") > 0.1);
+  CHECK(difference("k_proj.bias") == 0);
+  MoHConfig config = make_config(8, 6, 2, 2, Router::qnorm);
+  config.mha.head_dim = 2;  // d / h would not divide
+  for (auto [ste, grads] : {std::pair{MoHConfig::Ste::all, std::string("grad_all.")},
+                            std::pair{MoHConfig::Ste::selected, std::string("grad_selected.")}}) {
+    CAPTURE(grads);
+    config.ste = ste;
+    auto m = testing::fixture_layer<MoHAttention>(f, "qnorm.", config, DType::f64);
+    check_fixture(*m, f, "qnorm.", grads, kCausal, kF64);
+  }
+  // Ste::all runs the dense path: forward() is forward_dense_reference().
+  config.ste = MoHConfig::Ste::all;
+  auto m = testing::fixture_layer<MoHAttention>(f, "qnorm.", config, DType::f64);
+  NoGradGuard no_grad;
+  AttentionInput in{f.get("qnorm.x").to(DType::f64), Tensor(), true};
+  CHECK(m->forward(in).out.to_vector<double>() == m->forward_dense_reference(in).out.to_vector<double>());
+}
+
+TEST_CASE("MoH BalancePadding::exclude matches a frozen PyTorch MoH (aux over real tokens, gradients); include counts all") {
+  testing::Fixture f(HEADROOM_FIXTURES_DIR "/moh_options.safetensors");
+  MoHConfig config = make_config(8, 4, 2, 1);
+  config.balance_padding = MoHConfig::BalancePadding::exclude;
+  auto m = testing::fixture_layer<MoHAttention>(f, "exclude.", config, DType::f64);
+  AttentionInput in = kCausal;
+  in.query_padding = in.key_padding = f.get("exclude.query_padding");
+  check_fixture(*m, f, "exclude.", "grad.", in, kF64);
+  // include (the default): the same layer averages over every token.
+  m->moh_config.balance_padding = MoHConfig::BalancePadding::include;
+  in.x = f.get("exclude.x").to(DType::f64);
+  const double include = f.get("exclude.aux_include").item();
+  CHECK(std::abs(include - f.get("exclude.aux").item()) > 1e-3);
+  for (bool dense : {false, true}) {
+    AttentionOutput o = dense ? m->forward_dense_reference(in) : m->forward(in);
+    CHECK(o.aux.value.item() == doctest::Approx(include).epsilon(1e-12));
+  }
+  // Every query padded: nothing to average, the loss is 0.
+  m->moh_config.balance_padding = MoHConfig::BalancePadding::exclude;
+  in.query_padding = Tensor::ones({2, 4}, DType::b8);
+  in.key_padding = Tensor();
+  CHECK(m->forward(in).aux.value.item() == 0);
+  in.query_padding = Tensor::zeros({2, 3}, DType::b8);
+  CHECK_THROWS_HEADROOM(m->forward(in), "[MoHAttention] expected query_padding of dtype b8 and shape [B, T] with B*T = 8");
 }
 
 namespace {
