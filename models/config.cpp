@@ -291,7 +291,8 @@ const std::vector<std::string> kMoHScaling = {"code", "paper"}, kMoHRouter = {"l
                                kMoHLoadBalance = {"code", "paper"}, kMoANormalisation = {"reference", "mean"},
                                kMAEGateInput = {"auto", "seq_mean", "prefix_mean", "source_mean"},
                                kMAEGateActivation = {"relu", "tanh"}, kMAESamplePer = {"auto", "sequence", "token"},
-                               kMAEInference = {"mixture", "top1"};
+                               kMAEInference = {"mixture", "top1"}, kMoHSte = {"selected", "all"},
+                               kMoHBalancePadding = {"include", "exclude"};
 
 // options[key] as the enum whose values are named `names`; throws listing them otherwise.
 template <typename E>
@@ -317,11 +318,15 @@ MHAConfig read_mha(OptionReader& o, const ModelConfig& c) {
   m.kv_heads = o.get_int("kv_heads", 0);
   m.bias = o.get_bool("bias", true);
   m.attn_dropout = o.get_double("dropout", c.attn_dropout);
+  m.head_dim = o.get_int("head_dim", 0);
+  m.rope = o.get_bool("rope", false);
+  m.rope_theta = o.get_double("rope_theta", m.rope_theta);
   return m;
 }
 void write_mha(StringMap& o, const MHAConfig& m) {
   o["heads"] = format(m.heads), o["kv_heads"] = format(m.kv_heads), o["bias"] = format(m.bias);
-  o["dropout"] = format(m.attn_dropout);
+  o["dropout"] = format(m.attn_dropout), o["head_dim"] = format(m.head_dim);
+  o["rope"] = format(m.rope), o["rope_theta"] = format(m.rope_theta);
 }
 
 MoHConfig read_moh(OptionReader& o, const ModelConfig& c) {
@@ -333,6 +338,8 @@ MoHConfig read_moh(OptionReader& o, const ModelConfig& c) {
   m.router = choose<MoHConfig::Router>(o, "router", kMoHRouter);
   m.load_balance = choose<MoHConfig::LoadBalance>(o, "load_balance", kMoHLoadBalance);
   m.beta = o.get_double("beta", m.beta);
+  m.ste = choose<MoHConfig::Ste>(o, "ste", kMoHSte);
+  m.balance_padding = choose<MoHConfig::BalancePadding>(o, "balance_padding", kMoHBalancePadding);
   m.allow_full_routing = o.get_bool("allow_full_routing", false);
   return m;
 }
@@ -341,6 +348,7 @@ void write_moh(StringMap& o, const MoHConfig& m) {
   o["shared_heads"] = format(m.shared_heads), o["routed_k"] = format(m.routed_k);
   o["scaling"] = name_of(m.scaling, kMoHScaling), o["router"] = name_of(m.router, kMoHRouter);
   o["load_balance"] = name_of(m.load_balance, kMoHLoadBalance), o["beta"] = format(m.beta);
+  o["ste"] = name_of(m.ste, kMoHSte), o["balance_padding"] = name_of(m.balance_padding, kMoHBalancePadding);
   o["allow_full_routing"] = format(m.allow_full_routing);
 }
 
@@ -358,6 +366,8 @@ MoAConfig read_moa(OptionReader& o, const ModelConfig& c) {
   m.sample_topk = o.get_int("sample_topk", 0);
   m.aux_normalisation = choose<MoAAuxNormalisation>(o, "aux_normalisation", kMoANormalisation);
   m.allow_full_routing = o.get_bool("allow_full_routing", false);
+  m.rope = o.get_bool("rope", false);
+  m.rope_theta = o.get_double("rope_theta", m.rope_theta);
   return m;
 }
 void write_moa(StringMap& o, const MoAConfig& m) {
@@ -366,6 +376,7 @@ void write_moa(StringMap& o, const MoAConfig& m) {
   o["w_cv"] = format(m.w_cv), o["noisy_gating"] = format(m.noisy_gating), o["sample_topk"] = format(m.sample_topk);
   o["aux_normalisation"] = name_of(m.aux_normalisation, kMoANormalisation);
   o["allow_full_routing"] = format(m.allow_full_routing);
+  o["rope"] = format(m.rope), o["rope_theta"] = format(m.rope_theta);
 }
 
 MAEConfig read_mae(OptionReader& o, const ModelConfig& c) {

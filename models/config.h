@@ -138,11 +138,15 @@ using AttentionFactory = std::function<std::shared_ptr<Attention>(int64_t layer,
 // and its options; the model's dim, heads and attn_dropout are the defaults
 // of the matching options.  Unknown types and unknown or malformed options
 // throw.  The options, with their defaults:
-//   every method   dropout (attn_dropout)
-//   mha, moh, mae  heads (config.heads), kv_heads (0: = heads), bias (true)
+//   every method   dropout (attn_dropout), rope (false: rotary positions in
+//                  self-attention), rope_theta (10000)
+//   mha, moh, mae  heads (config.heads), head_dim (0: dim / heads), kv_heads (0: = heads),
+//                  bias (true)
 //   moh            shared_heads (-1: heads / 4, at least 1), routed_k (-1: the same),
 //                  scaling (code|paper), router (learned|qnorm), load_balance (code|paper),
-//                  beta (0.01), allow_full_routing (false)
+//                  beta (0.01), ste (selected|all: qnorm's straight-through estimator over
+//                  the selected or all routed heads), balance_padding (include|exclude),
+//                  allow_full_routing (false)
 //   moa            experts (8), k (2), head_dim (dim / heads), w_switch (0.01),
 //                  w_z (0.001), w_cv (0), noisy_gating (false), sample_topk (0),
 //                  aux_normalisation (reference|mean), allow_full_routing (false)

@@ -291,3 +291,26 @@ TEST_CASE("TransformerBlock from a BlockConfig; errors name the missing field") 
   CHECK_CLOSE(full.narrow(1, 0, 2), prefix, 1e-6, 1e-6);  // causal: later tokens do not reach earlier ones
   CHECK(ModelConfig{}.block(AttentionRole::decoder_self).causal);
 }
+
+TEST_CASE("RoPE models: a dense checkpoint converts to qnorm MoH (every head active: the same logits)") {
+  Generator gen(11);
+  ModelConfig dense_config = small_config();
+  dense_config.positions = PositionKind::none;
+  dense_config.attention = {"mha", {{"rope", "true"}, {"head_dim", "6"}}};
+  DecoderLM dense(dense_config, gen);
+  const std::string path = temp_path("headroom_rope_dense.safetensors");
+  save_module(dense, path);
+  ModelConfig moh_config = dense_config;
+  moh_config.attention = {"moh", {{"rope", "true"}, {"head_dim", "6"}, {"router", "qnorm"}, {"shared_heads", "1"},
+                                  {"routed_k", "3"}, {"allow_full_routing", "true"}}};
+  DecoderLM converted(moh_config, gen);
+  load_module(converted, path);  // strict: qnorm adds no parameters
+  std::filesystem::remove(path);
+  Tensor tokens = testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 2);
+  NoGradGuard no_grad;
+  CHECK_CLOSE(converted.forward(tokens).out, dense.forward(tokens).out, 1e-5, 1e-5);
+  auto layer = std::dynamic_pointer_cast<MultiHeadAttention>(converted.decoder->block(0)->self_attn);
+  REQUIRE(layer);
+  CHECK(layer->head_dim == 6);
+  CHECK(layer->config.rope);
+}

@@ -104,11 +104,14 @@ TEST_CASE("make_attention builds each type from the config, and rejects bad opti
   CHECK(layer1->moh_config.routed_k == 0);
 }
 
-TEST_CASE("cached decoding equals the full forward for every attention type") {
-  for (const std::string type : kTypes) {
+TEST_CASE("cached decoding equals the full forward for every attention type, with sinusoids or RoPE") {
+  for (const std::string type : kTypes)
+    for (bool rope : {false, true}) {
     CAPTURE(type);
+    CAPTURE(rope);
     Generator gen(3);
     ModelConfig c = model_config(type);
+    if (rope) c.positions = PositionKind::none, c.attention.options["rope"] = "true";
     EncoderDecoder model(c, gen);
     model.eval();
     NoGradGuard no_grad;
@@ -121,7 +124,8 @@ TEST_CASE("cached decoding equals the full forward for every attention type") {
       Tensor step = model.decode(tgt.narrow(1, t, 1), memory, Tensor(), Tensor(), &cache).out;
       CHECK_CLOSE(step, full.narrow(1, t, 1), 1e-4, 1e-4);
     }
-  }
+    CHECK(attention_choice(*model.decoder->block(1)->self_attn).options.at("rope") == (rope ? "true" : "false"));
+    }
 }
 
 TEST_CASE("learning: every attention type in a DecoderLM learns to copy a sequence") {
