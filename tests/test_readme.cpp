@@ -56,18 +56,25 @@ TEST_CASE("the README API tour runs") {
 TEST_CASE("the README models snippet runs (at tiny sizes)") {
   Tensor tokens = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
   const int64_t n_tokens = 8;
+  const std::string path = (std::filesystem::temp_directory_path() / "headroom_readme_lm.safetensors").string();
   ModelConfig c;
   c.vocab = 16, c.dim = 16, c.heads = 4, c.decoder_layers = 2, c.ffn_hidden = 32;
-  c.attention.type = "moh";
-  c.attention.options = {{"shared_heads", "2"}, {"routed_k", "1"}};
-  c.attention.layers[0] = {"mha", {}};  // a dense first layer
+  c.attention = {"moh", {{"routed_k", "2"}}};   // every layer: "mha" | "moa" | "moh" | "mae"
+  c.attention.layers[0] = {"mha", {}};          // ... but a dense first layer
   DecoderLM lm(c);
-  ModelOutput out = lm.forward(tokens);
+  std::printf("%s\n", lm.describe(128).c_str());  // one line per layer: method, parameters, MACs
+  ModelOutput out = lm.forward(tokens);         // logits, every layer's aux loss, routing stats
   Tensor loss = training_loss(cross_entropy(out.out, tokens), out.aux_losses, n_tokens);
-  loss.backward();
+  save_module(lm, path, lm.config.to_metadata());
+  DecoderLM again(ModelConfig::from_metadata(load_safetensors(path).metadata));
+  load_module(again, path);                     // the metadata alone rebuilds the mixed model
   Tensor prompt = tokens.narrow(1, 0, 2);
-  Generated text = greedy(lm, prompt, {/*max_new=*/5});
+  Generated text = greedy(again, prompt, {/*max_new=*/5});   // also beam_search, sample
+  std::filesystem::remove(path);
+  loss.backward();
   CHECK(out.out.shape() == Shape{2, 4, 16});
-  CHECK(out.aux_losses.size() == 1);  // layer 0 has no routed heads
-  CHECK(text.tokens.size() == 2);
+  CHECK(out.aux_losses.size() == 1);  // layer 0 is dense
+  CHECK(again.decoder->block(0)->self_attn->kind() == "mha");
+  CHECK(again.decoder->block(1)->self_attn->kind() == "moh");
+  CHECK(text.tokens == greedy(lm, prompt, {/*max_new=*/5}).tokens);
 }
