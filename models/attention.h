@@ -28,6 +28,15 @@ struct AttentionCache {
 };
 
 struct AttentionInput {
+  // A constructor rather than an aggregate, so that the short forms
+  // layer.forward({x}) and layer.forward({x, memory, causal}) name no other
+  // field and draw no -Wmissing-field-initializers warning on any compiler.
+  AttentionInput(Tensor x_ = Tensor(), Tensor memory_ = Tensor(), bool causal_ = false,
+                 Tensor query_padding_ = Tensor(), Tensor key_padding_ = Tensor(), AttentionCache* cache_ = nullptr,
+                 Tensor source_ = Tensor(), Tensor source_padding_ = Tensor())
+      : x(std::move(x_)), memory(std::move(memory_)), causal(causal_), query_padding(std::move(query_padding_)),
+        key_padding(std::move(key_padding_)), cache(cache_), source(std::move(source_)),
+        source_padding(std::move(source_padding_)) {}
   Tensor x;                 // [B, T, d]
   Tensor memory;            // [B, S, d] for cross-attention; undefined = self-attention
   bool causal = false;      // query t sees keys s <= t (+ cache length when decoding)

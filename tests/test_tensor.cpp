@@ -113,7 +113,7 @@ TEST_CASE("rng is counter based, seeded and reproducible") {
   CHECK(*std::max_element(u.begin(), u.end()) < 2);
 }
 
-TEST_CASE("randint: integers in [low, high), one draw each, seeded, about uniform, in i32, f32 and f64") {
+TEST_CASE("randint: integers low <= v < high, one draw each, seeded, about uniform, in i32, f32 and f64") {
   Generator g1(5), g2(5), g3(6);
   Tensor a = Tensor::randint(-3, 7, {40, 50}, g1);
   CHECK(a.dtype() == DType::i32);
