@@ -2,10 +2,10 @@
 // Loops that go to the OpenMP threads only when the work is worth it.
 //
 // `#pragma omp parallel for if (cond)` still enters libgomp when cond is
-// false, and on our two-vCPU hosts such a region costs 1.5-2.5 µs (a futex
-// call when the other thread sleeps): an add of [4] took 1.85 µs with it and
-// 0.29 µs without (bench_ops --only dispatch).  A layer that runs a router's
-// ops on [N, E] tensors pays it dozens of times per step.
+// false, and such a region costs microseconds (a futex call when the other
+// thread sleeps; `bench_ops --only dispatch` measures it, numbers in
+// docs/performance.md).  A layer that runs a router's ops on [N, E] tensors
+// pays it dozens of times per step.
 // These helpers run small work as a plain loop on the calling thread instead.
 #include <algorithm>
 #include <cstdint>

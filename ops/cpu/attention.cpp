@@ -71,7 +71,7 @@ int64_t tile_cost(const Tile<T>& tile) {
 }
 
 // Threads for a pass of `cost` tile rows × keys: one when the work is too
-// small to pay for waking a team (tens of microseconds on a busy machine).
+// small to pay for waking a team (tens of microseconds when the other cores are busy).
 int threads_for(const AttentionProblem& p, int64_t cost) {
   constexpr int64_t kMinParallelMultiplyAdds = int64_t(1) << 20;
   return cost * p.d_h < kMinParallelMultiplyAdds ? 1 : num_threads();
