@@ -28,7 +28,8 @@ RoutingStats routed(const std::vector<int32_t>& indices, int64_t k, const std::v
   if (load.empty()) {
     load.assign(E, 0);
     if (k > 0)
-      for (int32_t e : indices) load[e] += 1;
+      for (int32_t e : indices)
+        if (e >= 0 && e < E) load[e] += 1;  // an out-of-range index is the recorder's to reject
     else
       for (size_t i = 0; i < gates.size(); ++i) load[i % E] += gates[i];
   }
