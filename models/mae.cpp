@@ -238,7 +238,7 @@ std::vector<Tensor> MAEAttention::expert_parameters() const {
 }
 
 std::string MAEAttention::summary() const {
-  // Expert i is every head but head i (§4.2).
+  // Expert i is every head but head i (methods.md §4.2).
   return "mae: " + std::to_string(config.heads) + " experts of " + std::to_string(config.heads - 1) +
          " heads of width " + std::to_string(head_dim);
 }

@@ -2,7 +2,7 @@
 // MAE, the Mixture of Attentive Experts (Peng et al., ACL 2020, "A Mixture of
 // h−1 Heads is Better than h Heads"; methods.md §4).  Expert i is MHA without
 // head i, the others rescaled by h/(h−1); a gate MLP gives input-dependent
-// responsibilities g over the h experts.  Swapping the sums (§4.2) turns the
+// responsibilities g over the h experts.  Swapping the sums (methods.md §4.2) turns the
 // mixture into MHA with one weight per head:
 //
 //   MAE(x) = Σ_i g_i f_i(x) = Σ_j w_j H_j W_O^j + b_O,   w_j = (h/(h−1)) (1 − g_j)

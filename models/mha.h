@@ -1,7 +1,7 @@
 #pragma once
 // Dense multi-head attention (Vaswani et al. 2017), with optional grouped or
 // multi-query key/value heads (kv_heads < heads).  MoH and MAE reuse its
-// projections and its per-head weighting (forward_weighted).
+// projections and its per-head weighting (project_out's head_weights).
 //
 //   q = x Wq, k = m Wk, v = m Wv            m = memory (or x)
 //   q, k ← RoPE(q), RoPE(k)                 self-attention with rope on

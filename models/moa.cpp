@@ -31,7 +31,7 @@ Tensor l1_normalise(const Tensor& v) { return v / maximum(sum(v), 1e-12); }
 
 // The chosen experts of every row of p [N, E] in sampling mode: the top
 // k - s and then s more drawn without replacement from the others
-// with probability ∝ p + 1e-6 (§2.3 step 4).  Returns i32 [N, k] on probs'
+// with probability ∝ p + 1e-6 (methods.md §2.3 step 4).  Returns i32 [N, k] on probs'
 // device.  Sampling runs on the host, row by row from the generator's stream
 // (the same draws on every device); on CUDA that costs a round trip.
 Tensor sample_experts(const Tensor& probs, int64_t k, int64_t sampled, Generator& gen) {
@@ -109,7 +109,7 @@ MoAAttention::MoAAttention(const MoAConfig& cfg, Generator& gen) : config(cfg), 
   v_proj = register_module("v_proj", std::make_shared<Linear>(d_kv, d_h, false, gen));
   q_proj = register_module("q_proj", std::make_shared<ExpertLinear>(E, d, d_h, gen));
   o_proj = register_module("o_proj", std::make_shared<ExpertLinear>(E, d_h, d, gen));
-  // §2.2: zero routers; shared K/V Xavier with gain 1/√2 when their input is the model width.
+  // methods.md §2.2: zero routers; shared K/V Xavier with gain 1/√2 when their input is the model width.
   NoGradGuard no_grad;
   router->weight.zero_();
   if (noise) noise->weight.zero_();
@@ -211,7 +211,7 @@ MoAAttention::Prepared MoAAttention::prepare(const AttentionInput& in) {
     }, rope());
   }
   p.opts = attention_options(in, p.kv, config.attn_dropout, is_training());
-  p.opts.scale = 1 / std::sqrt(double(config.head_dim));  // §2.3 step 7, applied inside the attention op
+  p.opts.scale = 1 / std::sqrt(double(config.head_dim));  // methods.md §2.3 step 7, applied inside the attention op
   p.opts.generator = gen_;
   return p;
 }
@@ -237,7 +237,7 @@ AttentionOutput MoAAttention::forward(const AttentionInput& in) {
   }
   Tensor heads = routed_attention(q_rows, p.kv.k, p.kv.v, plan, p.seq_len, p.opts);  // [N*k, d_h]
   // Each token sums its k experts' outputs through W_o, each times its gate
-  // (applied after the expert's output projection, §2.3 step 9).
+  // (applied after the expert's output projection, methods.md §2.3 step 9).
   return finish(p, segment_matmul_scatter(heads, o_proj->weight, plan, p.routing.gates));  // [N, d]
 }
 

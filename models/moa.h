@@ -32,7 +32,7 @@
 
 namespace headroom {
 
-// How a MoA layer's aux loss joins the task loss (§2.5 item 5); with either,
+// How a MoA layer's aux loss joins the task loss (methods.md §2.5 item 5); with either,
 // the model's aux losses are summed over its MoA layers.
 enum class MoAAuxNormalisation {
   reference,  // added to the summed NLL, the total divided by the target-token count (fairseq; default)
@@ -45,10 +45,10 @@ struct MoAConfig {
   int64_t k = 2;            // experts per token, 1 <= k <= E (the official code's "attention heads")
   int64_t head_dim = 0;     // d_h, the width of every expert and of the shared K and V
   double attn_dropout = 0;  // on the attention probabilities, training only
-  // Aux loss weights (§2.5 item 4; the WMT recipe's values).
+  // Aux loss weights (methods.md §2.5 item 4; the WMT recipe's values).
   double w_switch = 0.01, w_z = 0.001, w_cv = 0;
   bool noisy_gating = false;  // training only: z += ε·(softplus(x W_noiseᵀ) + 0.01), ε ~ N(0, 1)
-  int64_t sample_topk = 0;    // training only: the last s of the k experts are sampled (§2.3 step 4)
+  int64_t sample_topk = 0;    // training only: the last s of the k experts are sampled (methods.md §2.3 step 4)
   int64_t kv_dim = 0;         // width of the key/value source (memory); 0 = dim
   MoAAuxNormalisation aux_normalisation = MoAAuxNormalisation::reference;
   // k = E runs every expert for every token: nothing is routed.  Refused unless set.
@@ -69,7 +69,7 @@ class ExpertLinear : public Module {
   Tensor weight;  // [E, in, out]
 };
 
-// The routing decision of one call (§2.3 steps 2-4).
+// The routing decision of one call (methods.md §2.3 steps 2-4).
 struct MoARouting {
   Tensor logits;    // z [N, E], noisy when noisy gating is on and training
   Tensor probs;     // p [N, E], pad rows 0
@@ -87,7 +87,7 @@ class MoAAttention : public Attention {
   std::string kind() const override { return "moa"; }
   std::string summary() const override;  // e.g. "moa: top-2 of 8 experts of width 16"
   bool has_aux_loss() const override { return true; }
-  // §2.9: T·d·E (router) + 2·S·d_kv·d_h (shared K, V) + 2k·T·d·d_h (expert
+  // methods.md §2.9: T·d·E (router) + 2·S·d_kv·d_h (shared K, V) + 2k·T·d·d_h (expert
   // projections) + 2k·(attended pairs)·d_h (scores and A·V).
   int64_t macs(int64_t T, int64_t S, bool causal) const override;
 
@@ -99,7 +99,7 @@ class MoAAttention : public Attention {
 
   // x_rows [N, d]; query_padding b8 [N] or undefined.
   MoARouting route_tokens(const Tensor& x_rows, const Tensor& query_padding);
-  // w_cv·cv² + w_switch·L_switch + w_z·L_z of one routing (§2.5), a scalar.
+  // w_cv·cv² + w_switch·L_switch + w_z·L_z of one routing (methods.md §2.5), a scalar.
   Tensor aux_loss(const MoARouting& routing) const;
 
   Rope rope() const { return {config.rope, config.rope_theta}; }

@@ -9,13 +9,15 @@
 //
 // Gates (learned router, weights W_r [h-h_s, d], W_s [h_s, d], W_h [2, d], no biases):
 //   r = softmax(x W_rᵀ), M = top-K_r mask of r
-//   code  (§3.3, default): g_routed = K_r · (r ⊙ M) / max(Σ r ⊙ M, ε);  g_shared = h_s · softmax(x W_sᵀ)
-//                          (the constant 1 when h_s = 1);  [a1, a2] = 2 · softmax(x W_hᵀ)
-//   paper (§3.2):          g_routed = r ⊙ M;  g_shared = softmax(x W_sᵀ);  [a1, a2] = softmax(x W_hᵀ)
+//   code (methods.md §3.3, the default):
+//     g_routed = K_r · (r ⊙ M) / max(Σ r ⊙ M, ε);  g_shared = h_s · softmax(x W_sᵀ)
+//     (the constant 1 when h_s = 1);  [a1, a2] = 2 · softmax(x W_hᵀ)
+//   paper (methods.md §3.2):
+//     g_routed = r ⊙ M;  g_shared = softmax(x W_sᵀ);  [a1, a2] = softmax(x W_hᵀ)
 //   g_shared ← a1 · g_shared, g_routed ← a2 · g_routed  only when h_s > 0 and K_r > 0.
 //   K_r = 0 requires h_s = h (every head shared, soft re-weighting, no top-k).
 //
-// Parameter-free router (qnorm, §3.6, for conversions from a dense model):
+// Parameter-free router (qnorm, methods.md §3.6, for conversions from a dense model):
 // the score of routed head i is ‖q_i‖₂ (the layer's own query, before any
 // positional rotation), divided by the unbiased std over the routed heads
 // (std ≥ 1e-6), r = softmax of that, top-K_r → gates exactly 0/1 (shared 1).
@@ -103,7 +105,7 @@ class MoHAttention : public MultiHeadAttention {
   int64_t routed_heads() const { return config.heads - moh_config.shared_heads; }  // E_r
 
   MoHConfig moh_config;  // shared_heads and routed_k resolved; `config` (inherited) is the resolved MHAConfig
-  // Learned router only; each undefined where §3.3 has none.
+  // Learned router only; each undefined where methods.md §3.3 step 1 has none.
   std::shared_ptr<Linear> router_routed;  // W_r [h - h_s, d]: when K_r > 0
   std::shared_ptr<Linear> router_shared;  // W_s [h_s, d]: when h_s > 1
   std::shared_ptr<Linear> router_mix;     // W_h [2, d]: when h_s > 0 and K_r > 0

@@ -1,7 +1,8 @@
 #pragma once
 // Routing statistics of the conditional attention layers, for analysis and
-// plots (methods.md §2.8 MoA expert load and token–expert PMI, §3.8 MoH head
-// "density" and gate distributions, §4.7 MAE expert choice).
+// plots: MoA's expert load and token–expert PMI (methods.md §2.8), MoH's head
+// "density" and gate distributions (methods.md §3.8), MAE's expert choice
+// (methods.md §4.7).
 //
 //   RoutingRecorder recorder;
 //   for (each evaluation batch) {
@@ -12,7 +13,7 @@
 //   recorder.write_json("stats.json"); // everything, for plotting scripts
 //
 // Layers are the positions in ModelOutput::stats, so keep one recorder per
-// stack (encoder self, decoder self and cross-attention separate, §2.8) or
+// stack (encoder self, decoder self and cross-attention separate, methods.md §2.8) or
 // record a whole model's list as it comes.  Dense layers (no routing stats)
 // are skipped.
 //

@@ -1,4 +1,4 @@
-// MAE (methods.md §4, checklist §7 items 6, 7, 12, 13): uniform responsibilities
+// MAE (methods.md §4; checklist: methods.md §7 items 6, 7, 12, 13): uniform responsibilities
 // are MHA; a sampled expert is MHA with one head dropped and the others
 // rescaled; the per-head weights equal the explicit Σ_i g_i f_i; the frozen
 // PyTorch fixture; the KV cache (prefix and source means); no leakage of the

@@ -1,9 +1,10 @@
-// MoH (methods.md §3): gates against a per-token loop of the §3.3 (code) and
-// §3.2 (paper) formulas, the load-balance loss in both forms, MHA
-// equivalences (checklist 4), the qnorm router's straight-through estimator
-// (checklist 5), the KV cache (checklist 7), the routed path against the
-// dense reference (outputs and every gradient), gradchecks, conversion from a
-// dense layer, MACs, errors, a frozen PyTorch fixture and a learning check.
+// MoH (methods.md §3): gates against a per-token loop of the code and paper
+// formulas (methods.md §3.3, §3.2), the load-balance loss in both forms, MHA
+// equivalences (checklist 4, i.e. methods.md §7 item 4), the qnorm router's
+// straight-through estimator (checklist 5), the KV cache (checklist 7), the
+// routed path against the dense reference (outputs and every gradient),
+// gradchecks, conversion from a dense layer, MACs, errors, a frozen PyTorch
+// fixture and a learning check.
 // Options against frozen PyTorch fixtures (moh_options.safetensors): a head
 // width other than d / h, the qnorm router's two straight-through estimators
 // (Ste), and the load balance without padded tokens (BalancePadding); RoPE
@@ -61,7 +62,7 @@ struct ReferenceRouting {
   double balance = 0;         // the paper's L_b = Σ_e P_e f_e
 };
 
-// The gates of §3.3 (code) or §3.2 (paper), token by token, for a learned router.
+// The code's or the paper's gates (methods.md §3.3, §3.2), token by token, for a learned router.
 ReferenceRouting reference_routing(const MoHAttention& m, const Tensor& x, bool code) {
   const int64_t h = m.config.heads, d = m.config.dim, shared = m.moh_config.shared_heads;
   const int64_t k = m.moh_config.routed_k, routed = h - shared, n = x.numel() / d;
@@ -109,7 +110,7 @@ Tensor out_and_aux(const AttentionOutput& o) {
 
 }  // namespace
 
-TEST_CASE("MoH gates match a per-token loop of §3.3 (code) and §3.2 (paper); code L_b = E_r × paper L_b") {
+TEST_CASE("MoH gates match per-token loops of the code and paper formulas (methods.md §3.3, §3.2); code L_b = E_r × paper L_b") {
   Generator gen(1);
   struct Case { int64_t heads, shared, k; };
   for (Case c : {Case{6, 3, 2}, Case{4, 0, 2}, Case{4, 1, 2}, Case{4, 4, 0}, Case{5, 2, 3}}) {
@@ -117,7 +118,7 @@ TEST_CASE("MoH gates match a per-token loop of §3.3 (code) and §3.2 (paper); c
     CAPTURE(c.k);
     MoHAttention code(make_config(4 * c.heads, c.heads, c.shared, c.k), gen);
     spread_routers(code, gen);
-    CHECK((code.router_routed != nullptr) == (c.k > 0));  // §3.3: which routers a layer has
+    CHECK((code.router_routed != nullptr) == (c.k > 0));  // methods.md §3.3 step 1: which routers a layer has
     CHECK((code.router_shared != nullptr) == (c.shared > 1));
     CHECK((code.router_mix != nullptr) == (c.shared > 0 && c.k > 0));
     MoHConfig paper_config = make_config(4 * c.heads, c.heads, c.shared, c.k, Router::learned, Scaling::paper);
