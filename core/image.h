@@ -1,7 +1,7 @@
 #pragma once
 // Images as tensors: f32 [H, W, C] with values in [0, 1], the layout stb
 // reads and writes.  core/image.cpp is the only file that compiles stb, with
-// static linkage, so headroom's copy cannot clash with a user's (design.md §14).
+// static linkage, so headroom's copy cannot clash with a user's.
 //
 //   Tensor img = load_image("cat.png", 3);  // [H, W, 3]
 //   save_png("small.png", resize_image(img, 32, 32));

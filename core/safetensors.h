@@ -1,5 +1,5 @@
 #pragma once
-// safetensors checkpoints (design.md §15): an 8-byte little-endian header
+// safetensors checkpoints: an 8-byte little-endian header
 // length, a JSON header mapping each tensor name to {dtype, shape,
 // data_offsets} plus an optional "__metadata__" map of strings, then the raw
 // row-major little-endian bytes.  PyTorch's dimension order is kept, so the

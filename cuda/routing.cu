@@ -5,7 +5,8 @@
 // Nothing here synchronises with the host.  The plan's offsets stay on the
 // device; the grouped GEMMs find each thread block's segment there (a tile
 // map scanned on the device, then a binary search), launching an upper bound
-// of blocks of which the surplus exits at once (performance.md §9.2).
+// of blocks of which the surplus exits at once, so the tile count never has
+// to come back to the host (ScatterMoE and vLLM launch the same way).
 // Every sum runs per destination in a fixed order; the only atomics are
 // integer ones (histogram counts, the lowest bad position), whose results do
 // not depend on the order, so every result is identical run to run.
@@ -660,7 +661,7 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
   }
 
   // The products go through one [R, out] buffer, summed per token in slot
-  // order: determinism without atomics (vLLM's moe_sum; performance.md §9.5).
+  // order: determinism without atomics (vLLM's moe_sum does the same).
   void segment_matmul_scatter(const Tensor& y, const Tensor& position, int64_t k, const Tensor& offsets,
                               const Tensor& w, bool transpose_w, const Tensor& out) override {
     const int64_t width = out.size(1), tokens = out.size(0);

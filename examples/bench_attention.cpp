@@ -1,6 +1,6 @@
 // bench_attention: one attention layer of each conditional method against our
 // dense MHA at the same shape, forward and forward+backward, timed side by
-// side in one process (performance guide §2 Suite A, §4).
+// side in one process (the tables, and how they are measured: docs/performance.md).
 //
 //   bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--device D] [--tf32]
 //                   [--by-host-state N] [--smoke]
@@ -10,10 +10,10 @@
 // the layers' own macs(), and η = f / ratio, the fraction of the FLOP saving
 // realised (goal on the CPU: η ≥ 0.8).  Before timing, each routed layer is
 // checked against its dense reference path at the benchmark's own shape.
-// As the performance guide asks: medians of 20 interleaved pairs by default,
-// with their interquartile ranges and the median of the per-pair ratios, and
-// the machine's state (an SGEMM rate and a memory bandwidth) measured before
-// and after each table, since the host's neighbours move all of these.
+// Medians of 20 interleaved pairs by default, with their interquartile ranges
+// and the median of the per-pair ratios, and the machine's state (an SGEMM
+// rate and a memory bandwidth) measured before and after each table, since
+// the host's neighbours move all of these.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,7 +34,7 @@ namespace {
 
 struct Options {
   int threads = num_threads();
-  int iters = 20;  // the performance guide's minimum of timed iterations
+  int iters = 20;  // timed pairs, as docs/performance.md's method has it
   int64_t batch = 4;
   std::vector<int64_t> seqs = {256, 1024};
   std::string device = "cpu";
@@ -138,7 +138,7 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
                       NoGradGuard g;
                       return max_difference(moh->forward(in).out, moh->forward_dense_reference(in).out);
                     },
-                    [moh](const Tensor& x) {  // the learned router of §3.3 as the layer runs it: one GEMM
+                    [moh](const Tensor& x) {  // the learned router of methods.md §3.3 as the layer runs it: one GEMM
                       // over the three concatenated router matrices, softmaxes, top-k, plan
                       Tensor rows = x.reshape({-1, x.size(-1)});
                       const int64_t routed = moh->routed_heads(), shared = moh->moh_config.shared_heads;
@@ -188,11 +188,12 @@ std::function<void()> pass(Attention& layer, const Tensor& x, const Tensor& dout
   };
 }
 
-// The machine's state while a table is measured (performance guide §4), at
-// the run's thread count: the rate of a dense SGEMM of MHA's projection shape,
-// the rate of one of MoA's expert-product shape (depth 64: a quarter of the
-// multiply-adds per byte of output), and the bandwidth of an in-place add over
-// arrays larger than the last-level cache.  Each is run twice untimed first:
+// The machine's state while a table is measured, before and after it (a busy
+// host moves the ratios; docs/performance.md), at the run's thread count: the
+// rate of a dense SGEMM of MHA's projection shape, the rate of one of MoA's
+// expert-product shape (depth 64: a quarter of the multiply-adds per byte of
+// output), and the bandwidth of an in-place add over arrays larger than the
+// last-level cache.  Each is run twice untimed first:
 // the first anchor of a run used to catch the thread pool starting.
 std::string anchors(Device device) {
   if (!device.is_cpu()) return "";

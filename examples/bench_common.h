@@ -1,8 +1,9 @@
 #pragma once
 // Timing and output helpers shared by the benchmark binaries (bench_ops,
-// bench_attention): interleaved side-by-side timing as the performance guide
-// asks (A, B, B, A, ...; medians; ratio of medians and median of per-pair
-// ratios) and Markdown tables.
+// bench_attention): interleaved side-by-side timing, so that drift and the
+// host's neighbours hit both sides alike (A, B, B, A, ...; medians; ratio of
+// medians and median of per-pair ratios; docs/performance.md), and Markdown
+// tables.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // bench_cuda: the GPU benchmarks of the CUDA backend, each measured side by
-// side in one run (performance guide §2):
+// side in one run, against the baseline it has to beat (docs/gpu.md):
 //   1. linear layers (our op) against raw cuBLAS at the same shape, forward
 //      and forward+backward (goal: ≥ 90% of cuBLAS);
 //   2. fused attention forward and forward+backward, with PyTorch's

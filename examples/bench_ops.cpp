@@ -1,7 +1,7 @@
 // bench_ops: headroom's ops against the raw kernels they call, timed side by
-// side in one process (performance guide §4: interleaved A, B, A, B, ...,
-// alternating which goes first; medians; ratio of medians and median of the
-// per-pair ratios).
+// side in one process (interleaved A, B, A, B, ..., alternating which goes
+// first, so drift and neighbours hit both alike; medians; ratio of medians
+// and median of the per-pair ratios; the tables are in docs/performance.md).
 //
 //   bench_ops [--threads N] [--iters N] [--smoke] [--only SECTION]
 //

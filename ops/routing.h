@@ -90,8 +90,8 @@ Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const Rout
 // segment, segments in parallel.
 Tensor segment_matmul(const Tensor& x_grouped, const Tensor& weight, const RoutePlan& plan);
 
-// The grouped GEMM fused with the row moves around it, so no [N*k, D] copy
-// of token rows is made or kept for backward (performance.md §9.3):
+// The grouped GEMM fused with the row moves around it: no k-fold [N*k, D]
+// copy of token rows is written, read back or kept for backward:
 //
 // segment_matmul(gather_rows(x, plan), weight, plan) without the gathered
 // copy.  x: [N, in] -> [N*k, out].  The CPU kernel gathers tiles of rows into

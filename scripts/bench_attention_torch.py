@@ -1,7 +1,7 @@
 """PyTorch reference timing for one causal attention core, forward and forward+backward.
 
-The PyTorch side of the performance guide's Suite A: headroom's attention
-benchmark runs the same shapes and thread count, and the two programs are run
+The PyTorch side of the attention comparison in docs/performance.md: headroom's
+attention benchmark runs the same shapes and thread count, and the two programs are run
 alternately in one job.  Runs with Debian's torch 1.13 CPU build:
 
     /usr/bin/python3 scripts/bench_attention_torch.py --threads 2

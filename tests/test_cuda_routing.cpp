@@ -1,7 +1,7 @@
 // CUDA parity of the routing family: route() (the plan built on the device,
 // compared entry by entry with the CPU's), topk, put_along_rows, index_select, gather_rows,
 // scatter_add_rows and the three grouped matmuls, forward and backward through
-// the public ops, on the edge cases of design.md §10 (an empty segment, all
+// the public ops, on the edge cases every route plan must handle (an empty segment, all
 // tokens on one segment, k == E, a single token, no tokens) and at sizes that
 // are not multiples of the GEMM tiles (64 x 64, 16-deep steps).  Bad indices
 // on the device are reported by a later call.  Skipped without a device.

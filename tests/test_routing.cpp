@@ -1,8 +1,9 @@
 // The routing family: route(), topk, put_along_rows, index_select, gather_rows,
 // scatter_add_rows, segment_matmul and its gather / scatter forms.  Every op is checked against a plain
 // per-token, per-slot loop (outputs and all gradients, gates included), by
-// gradcheck in f64, on the edge cases of design.md §10 (an empty expert, all
-// tokens on one expert, k == E, a single token), and for its error messages.
+// gradcheck in f64, on the edge cases every route plan must handle (an empty
+// expert, all tokens on one expert, k == E, a single token), and for its error
+// messages.
 #include <algorithm>
 #include <numeric>
 

@@ -91,10 +91,11 @@ void for_each_run(const int32_t* order, int64_t k, const int32_t* offsets, int64
 }
 
 // Calls fn(item) for every item, in parallel, heaviest first so the threads
-// finish together, each with single-threaded OpenBLAS (performance.md §6.2:
-// two independent one-thread GEMMs beat one two-thread GEMM at per-expert
-// shapes).  A lone item keeps all of OpenBLAS's threads instead.  Each item
-// must write only its own output, so the result does not depend on the schedule.
+// finish together, each with single-threaded OpenBLAS: independent one-thread
+// GEMMs beat OpenBLAS's own threading at these shapes, as the per-thread bands
+// of a dense matmul do (docs/performance.md).  A lone item keeps all of
+// OpenBLAS's threads instead.  Each item must write only its own output, so
+// the result does not depend on the schedule.
 template <typename Item, typename Cost, typename Fn>
 void run_heaviest_first(std::vector<Item> items, Cost&& cost, Fn&& fn) {
   std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) { return cost(a) > cost(b); });
