@@ -159,7 +159,8 @@ T attention_probs(const kernels::AttentionProblem& p, const kernels::AttentionGr
   const T inf = std::numeric_limits<T>::infinity();
   T max = -inf, sum = 0;
   for (int64_t s = 0; s < p.num_keys; ++s) {
-    const bool masked = (p.causal && s > r.t + p.causal_offset) || (p.key_padding && p.key_padding[g.batch * p.num_keys + s]);
+    const bool masked = (p.causal && s > r.t + p.causal_offset) ||
+                        (p.key_padding && p.key_padding[g.batch * p.num_keys + s]);
     T dot = 0;
     for (int64_t c = 0; c < p.d_h; ++c) dot += q[r.row * p.d_h + c] * k[r.kv + s * p.kv_strides[2] + c];
     prob[s] = masked ? -inf : T(p.scale) * dot;
@@ -173,7 +174,8 @@ T attention_probs(const kernels::AttentionProblem& p, const kernels::AttentionGr
 
 // The dropout factor of P[row, s]: 0 (dropped) or 1 / (1 − dropout); draw (b, head, t, s) as in the problem.
 template <typename T>
-T attention_keep(const kernels::AttentionProblem& p, const kernels::AttentionGroup& g, const AttentionRow& r, int64_t s) {
+T attention_keep(const kernels::AttentionProblem& p, const kernels::AttentionGroup& g, const AttentionRow& r,
+                 int64_t s) {
   if (p.dropout <= 0) return T(1);
   const uint64_t draw = p.dropout_first + uint64_t(((g.batch * p.heads + r.head) * p.seq_len + r.t) * p.num_keys + s);
   return Generator(p.dropout_seed).uniform_at(draw) >= p.dropout ? T(1 / (1 - p.dropout)) : T(0);
@@ -297,7 +299,8 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
   for (int64_t e = 0; e < segments; ++e)
     for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
       row_times_weight(y + r * y_width, w + e * in * out_features, in, out_features, transpose_w, product.data());
-      for (int64_t j = 0; j < width; ++j) out[order[r] / k * width + j] += (gates ? gates[order[r]] : T(1)) * product[j];
+      const T gate = gates ? gates[order[r]] : T(1);
+      for (int64_t j = 0; j < width; ++j) out[order[r] / k * width + j] += gate * product[j];
     }
 }
 
