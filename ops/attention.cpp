@@ -9,6 +9,7 @@
 #include "headroom/ops/cpu/attention.h"
 #include "headroom/ops/kernels/attention.h"
 #include "headroom/ops/kernels/registry.h"
+#include "headroom/ops/reference/kernels.h"
 #include "headroom/ops/routing.h"
 
 namespace headroom {
@@ -78,7 +79,7 @@ void run_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, co
   if (!q.device().is_cpu()) return kernels::device_kernels(q).attention->forward(p, q, k, v, out, lse);
   dispatch_floating(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::attention_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>());
+    HEADROOM_CPU_KERNEL(attention_forward)(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>());
   });
 }
 
@@ -88,8 +89,8 @@ void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, c
   if (!q.device().is_cpu()) return kernels::device_kernels(q).attention->backward(p, q, k, v, out, lse, dout, dq, dk, dv);
   dispatch_floating(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::attention_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(),
-                               dout.data<T>(), dq.data<T>(), dk.data<T>(), dv.data<T>());
+    HEADROOM_CPU_KERNEL(attention_backward)(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(),
+                                            dout.data<T>(), dq.data<T>(), dk.data<T>(), dv.data<T>());
   });
 }
 

@@ -11,6 +11,7 @@
 #include "headroom/ops/cpu/matmul.h"
 #include "headroom/ops/kernels/matmul.h"
 #include "headroom/ops/kernels/registry.h"
+#include "headroom/ops/reference/kernels.h"
 #include "headroom/ops/shape.h"
 
 namespace headroom {
@@ -99,8 +100,9 @@ void run_batched_gemm(const Tensor& a, const cpu::MatrixLayout& la, const Tensor
     return kernels::device_kernels(out).matmul->batched_gemm(m, n, k, a, a_offsets, la, b, b_offsets, lb, bias, out);
   dispatch_floating(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::batched_gemm<T>(m, n, k, {a.data<T>(), std::move(a_offsets), la},
-                         {b.data<T>(), std::move(b_offsets), lb}, data_or_null<T>(bias), out.data<T>());
+    const cpu::MatrixStack<T> a_stack{a.data<T>(), std::move(a_offsets), la},
+        b_stack{b.data<T>(), std::move(b_offsets), lb};
+    HEADROOM_CPU_KERNEL(batched_gemm)(m, n, k, a_stack, b_stack, data_or_null<T>(bias), out.data<T>());
   });
 }
 
@@ -180,7 +182,7 @@ Tensor sum_rows(const Tensor& g_rows) {
   } else {
     dispatch_floating(g.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      cpu::sum_rows(g.data<T>(), rows, cols, out.data<T>());
+      HEADROOM_CPU_KERNEL(sum_rows)(g.data<T>(), rows, cols, out.data<T>());
     });
   }
   return out;

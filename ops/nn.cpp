@@ -11,6 +11,7 @@
 #include "headroom/ops/cpu/nn.h"
 #include "headroom/ops/kernels/nn.h"
 #include "headroom/ops/kernels/registry.h"
+#include "headroom/ops/reference/kernels.h"
 
 namespace headroom {
 
@@ -61,7 +62,7 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
       x_rows, [&](kernels::NnKernels& k) { k.softmax_forward(x_rows, y_rows, rows, n, log); },
       [&](auto zero) {
         using T = decltype(zero);
-        cpu::softmax_forward(x_rows.data<T>(), y_rows.data<T>(), rows, n, log);
+        HEADROOM_CPU_KERNEL(softmax_forward)(x_rows.data<T>(), y_rows.data<T>(), rows, n, log);
       });
   Tensor out = swap_last_contiguous(y_rows, d);  // x's shape
 
@@ -77,8 +78,8 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
                          },
                          [&](auto zero) {
                            using T = decltype(zero);
-                           cpu::softmax_backward(y_rows.data<T>(), g_rows.data<T>(), dx_rows.data<T>(), rows,
-                                                 n, log);
+                           HEADROOM_CPU_KERNEL(softmax_backward)(y_rows.data<T>(), g_rows.data<T>(), dx_rows.data<T>(),
+                                                                 rows, n, log);
                          });
                      grads.add(0, swap_last_contiguous(dx_rows, d));
                    });
@@ -123,8 +124,8 @@ Tensor normalize_last_dim(const char* op, const Tensor& x, const Tensor& weight,
       xc, [&](kernels::NnKernels& k) { k.norm_forward(xc, wc, bc, out, mean, rstd, rows, d, eps, center); },
       [&](auto zero) {
         using T = decltype(zero);
-        cpu::norm_forward(xc.data<T>(), data_or_null<T>(wc), data_or_null<T>(bc), out.data<T>(),
-                          mean.data<T>(), rstd.data<T>(), rows, d, eps, center);
+        HEADROOM_CPU_KERNEL(norm_forward)(xc.data<T>(), data_or_null<T>(wc), data_or_null<T>(bc), out.data<T>(),
+                                          mean.data<T>(), rstd.data<T>(), rows, d, eps, center);
       });
 
   autograd::record(
@@ -143,9 +144,9 @@ Tensor normalize_last_dim(const char* op, const Tensor& x, const Tensor& weight,
             },
             [&](auto zero) {
               using T = decltype(zero);
-              cpu::norm_backward(xc.data<T>(), data_or_null<T>(wc), mean.data<T>(), rstd.data<T>(),
-                                 gc.data<T>(), data_or_null<T>(dx), data_or_null<T>(dweight),
-                                 data_or_null<T>(dbias), rows, d, center);
+              HEADROOM_CPU_KERNEL(norm_backward)(xc.data<T>(), data_or_null<T>(wc), mean.data<T>(), rstd.data<T>(),
+                                                 gc.data<T>(), data_or_null<T>(dx), data_or_null<T>(dweight),
+                                                 data_or_null<T>(dbias), rows, d, center);
             });
         if (dx.defined()) grads.add(0, dx);
         if (dweight.defined()) grads.add(1, dweight);

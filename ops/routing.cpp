@@ -15,6 +15,7 @@
 #include "headroom/ops/cpu/routing.h"
 #include "headroom/ops/kernels/registry.h"
 #include "headroom/ops/kernels/routing.h"
+#include "headroom/ops/reference/kernels.h"
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/reduce.h"
 
@@ -134,8 +135,8 @@ void run_gather_rows(const Tensor& src, int64_t outer, int64_t width, const Tens
   auto gather = [&](auto zero) {
     using T = decltype(zero);
     for (int64_t o = 0; o < outer; ++o)
-      cpu::gather_rows<T>(src.data<T>() + o * src_rows * width, width, pair.data<int32_t>(), group,
-                          data_or_null<T>(scale), rows, out.data<T>() + o * rows * width);
+      HEADROOM_CPU_KERNEL(gather_rows)(src.data<T>() + o * src_rows * width, width, pair.data<int32_t>(), group,
+                                       data_or_null<T>(scale), rows, out.data<T>() + o * rows * width);
   };
   if (src.dtype() == DType::i32) gather(int32_t{});
   else dispatch_floating(src.dtype(), gather);
@@ -157,8 +158,8 @@ void run_sum_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor&
   dispatch_floating(src.dtype(), [&](auto zero) {
     using T = decltype(zero);
     for (int64_t o = 0; o < outer; ++o)
-      cpu::sum_rows<T>(src.data<T>() + o * src_rows * width, width, first, row.data<int32_t>(),
-                       data_or_null<T>(weight), dests, out.data<T>() + o * dests * width);
+      HEADROOM_CPU_KERNEL(sum_rows)(src.data<T>() + o * src_rows * width, width, first, row.data<int32_t>(),
+                                    data_or_null<T>(weight), dests, out.data<T>() + o * dests * width);
   });
 }
 
@@ -272,8 +273,8 @@ Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64
   }
   dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::segment_matmul<T>(grouped_rows<T>(a), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features,
-                           transpose_w, out.data<T>());
+    HEADROOM_CPU_KERNEL(segment_matmul)(grouped_rows<T>(a), b.data<T>(), offsets.data<int32_t>(), w.size(0), in,
+                                        out_features, transpose_w, out.data<T>());
   });
   return out;
 }
@@ -296,9 +297,9 @@ Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offs
   }
   dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::segment_matmul_scatter<T>(a.data<T>(), order.data<int32_t>(), k, offsets.data<int32_t>(), w.size(0),
-                                   b.data<T>(), in, out_features, transpose_w, tokens, out.data<T>(),
-                                   data_or_null<T>(gates));
+    HEADROOM_CPU_KERNEL(segment_matmul_scatter)(a.data<T>(), order.data<int32_t>(), k, offsets.data<int32_t>(),
+                                                w.size(0), b.data<T>(), in, out_features, transpose_w, tokens,
+                                                out.data<T>(), data_or_null<T>(gates));
   });
   return out;
 }
@@ -315,8 +316,8 @@ Tensor segment_gemm_weight_grad(const Rows& x, const Rows& dy, const Tensor& off
   }
   dispatch_floating(dw.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::segment_matmul_weight_grad<T>(grouped_rows<T>(a), grouped_rows<T>(b), offsets.data<int32_t>(), w_shape[0],
-                                       w_shape[1], w_shape[2], dw.data<T>());
+    HEADROOM_CPU_KERNEL(segment_matmul_weight_grad)(grouped_rows<T>(a), grouped_rows<T>(b), offsets.data<int32_t>(),
+                                                    w_shape[0], w_shape[1], w_shape[2], dw.data<T>());
   });
   return dw;
 }

@@ -1,4 +1,4 @@
-// Attention: the fused kernel against a materialised-score loop, gradchecks
+// Attention: the fused kernel against the reference kernel (forward and backward), gradchecks
 // through every mask and option, routed == dense on the selected pairs,
 // thread-count determinism, frozen PyTorch fixtures, and errors.
 #include <cmath>
@@ -9,6 +9,7 @@
 #include "headroom/ops/cpu/attention.h"
 #include "helpers.h"
 #include "headroom/ops/cpu/vector_math.h"
+#include "headroom/ops/reference/kernels.h"
 
 using namespace headroom;
 
@@ -28,48 +29,39 @@ Tensor padding_mask(int64_t batch, int64_t keys, const std::vector<std::vector<i
   return Tensor::from_vector(mask, {batch, keys});
 }
 
-// The reference: scores materialised, masked, softmaxed, dropped, times V, in
-// double.  `first` is the generator draw at which the dropout mask starts.
+// The dense problem of q [B, h, T, d], k, v [B, h_kv, S, d] (contiguous), as
+// ops/attention.cpp builds it; `first` is the draw the dropout mask starts at.
+kernels::AttentionProblem dense_problem(const Tensor& q, const Tensor& k, const AttentionOptions& o,
+                                        const std::vector<uint8_t>& pad, uint64_t seed = 0, uint64_t first = 0) {
+  kernels::AttentionProblem p;
+  p.batch = q.size(0), p.heads = q.size(1), p.seq_len = q.size(2), p.d_h = q.size(3);
+  p.kv_heads = k.size(1), p.num_keys = k.size(2);
+  p.scale = o.scale != 0 ? o.scale : 1 / std::sqrt(double(p.d_h));
+  p.causal = o.causal, p.causal_offset = o.causal_offset;
+  p.kv_strides[0] = p.kv_heads * p.num_keys * p.d_h, p.kv_strides[1] = p.num_keys * p.d_h, p.kv_strides[2] = p.d_h;
+  p.key_padding = pad.empty() ? nullptr : pad.data();
+  p.dropout = o.dropout, p.dropout_seed = seed, p.dropout_first = first;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t head = 0; head < p.heads; ++head) {
+      const int64_t row = (b * p.heads + head) * p.seq_len;
+      p.groups.push_back({row, row + p.seq_len, b, head});
+      for (int64_t t = 0; t < p.seq_len; ++t) p.positions.push_back(int32_t(t));
+    }
+  return p;
+}
+
+// The reference: reference::attention_forward (ops/reference/kernels.h, one
+// materialised row of scores at a time) in double.
 Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
                        uint64_t seed = 0, uint64_t first = 0) {
-  const int64_t B = q.size(0), h = q.size(1), T = q.size(2), d = q.size(3);
-  const int64_t h_kv = k.size(1), S = k.size(2);
-  const double scale = o.scale != 0 ? o.scale : 1 / std::sqrt(double(d));
-  std::vector<double> Q = q.to_vector<double>(), K = k.to_vector<double>(), V = v.to_vector<double>();
   std::vector<uint8_t> pad = o.key_padding_mask.defined() ? o.key_padding_mask.to_vector<uint8_t>()
-                                                          : std::vector<uint8_t>(B * S, 0);
-  std::vector<double> out(B * h * T * d, 0.0);
-  const Generator gen(seed);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t head = 0; head < h; ++head)
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t kv = (b * h_kv + (h_kv == 1 ? 0 : head)) * S;
-        std::vector<double> p(S, 0.0);
-        double max = -INFINITY, sum = 0;
-        for (int64_t s = 0; s < S; ++s) {
-          bool visible = !pad[b * S + s] && (!o.causal || s <= t + o.causal_offset);
-          if (!visible) continue;
-          double dot = 0;
-          for (int64_t c = 0; c < d; ++c) dot += Q[((b * h + head) * T + t) * d + c] * K[(kv + s) * d + c];
-          p[s] = dot * scale;
-          max = std::max(max, p[s]);
-        }
-        if (max == -INFINITY) continue;  // nothing visible: output 0
-        for (int64_t s = 0; s < S; ++s) {
-          bool visible = !pad[b * S + s] && (!o.causal || s <= t + o.causal_offset);
-          p[s] = visible ? std::exp(p[s] - max) : 0.0;
-          sum += p[s];
-        }
-        for (int64_t s = 0; s < S; ++s) {
-          double w = p[s] / sum;
-          if (o.dropout > 0) {
-            uint64_t i = first + uint64_t(((b * h + head) * T + t) * S + s);
-            w = gen.uniform_at(i) >= o.dropout ? w / (1 - o.dropout) : 0.0;
-          }
-          for (int64_t c = 0; c < d; ++c) out[((b * h + head) * T + t) * d + c] += w * V[(kv + s) * d + c];
-        }
-      }
-  return Tensor::from_vector(out, {B, h, T, d});
+                                                          : std::vector<uint8_t>();
+  Tensor q64 = q.to(DType::f64).contiguous(), k64 = k.to(DType::f64).contiguous(), v64 = v.to(DType::f64).contiguous();
+  Tensor out = Tensor::empty(q.shape(), DType::f64), lse = Tensor::empty({q.numel() / q.size(3)}, DType::f64);
+  reference::attention_forward<double>(dense_problem(q, k, o, pad, seed, first), q64.data<double>(),
+                                       k64.data<double>(), v64.data<double>(), out.data<double>(),
+                                       lse.data<double>());
+  return out;
 }
 
 void check_gradcheck(const autograd::GradcheckFn& fn, const std::vector<Tensor>& inputs) {
@@ -152,6 +144,38 @@ TEST_CASE("attention f32 forward equals the materialised loop over multi-tile sh
     o.causal_offset = c.offset;
     if (c.padded) o.key_padding_mask = padding_mask(B, c.S, {{0, 5, 140}, {1, 2, 3, 64, 65, 129}});
     CHECK_CLOSE(attention(q, k, v, o), naive_attention(q, k, v, o).to(DType::f32), 2e-6, 1e-5);
+  }
+}
+
+TEST_CASE("cpu::attention forward and backward equal the reference kernel: masks, dropout, h_kv = 1, row_of") {
+  // Multi-tile: T = 70 > kQueryTile, S = 100 > kKeyBlock.
+  const int64_t B = 2, h = 2, T = 70, S = 100, d = 8;
+  for (int64_t h_kv : {int64_t(2), int64_t(1)}) {
+    CAPTURE(h_kv);
+    Tensor q = random({B, h, T, d}, 60), k = random({B, h_kv, S, d}, 61), v = random({B, h_kv, S, d}, 62);
+    Tensor dout = random({B, h, T, d}, 63);
+    AttentionOptions o;
+    o.causal = true, o.causal_offset = 20, o.dropout = 0.2;
+    std::vector<uint8_t> pad(B * S, 0);
+    pad[3] = pad[S + 50] = 1;
+    kernels::AttentionProblem p = dense_problem(q, k, o, pad, 9, 4);
+    std::vector<int32_t> row_of(B * h * T);  // the caller's rows in reverse
+    for (size_t i = 0; i < row_of.size(); ++i) row_of[i] = int32_t(row_of.size() - 1 - i);
+    p.row_of = row_of.data();
+    std::vector<Tensor> fast, ref;
+    for (bool use_ref : {false, true}) {
+      std::vector<Tensor>& r = use_ref ? ref : fast;
+      Tensor out = Tensor::empty(q.shape(), DType::f64), lse = Tensor::empty({B * h * T}, DType::f64);
+      Tensor dq = Tensor::empty(q.shape(), DType::f64), dk = Tensor::empty(k.shape(), DType::f64),
+             dv = Tensor::empty(k.shape(), DType::f64);
+      auto fwd = use_ref ? reference::attention_forward<double> : cpu::attention_forward<double>;
+      auto bwd = use_ref ? reference::attention_backward<double> : cpu::attention_backward<double>;
+      fwd(p, q.data<double>(), k.data<double>(), v.data<double>(), out.data<double>(), lse.data<double>());
+      bwd(p, q.data<double>(), k.data<double>(), v.data<double>(), out.data<double>(), lse.data<double>(),
+          dout.data<double>(), dq.data<double>(), dk.data<double>(), dv.data<double>());
+      r = {out, lse, dq, dk, dv};
+    }
+    for (int i = 0; i < 5; ++i) CHECK_CLOSE(fast[i], ref[i], 1e-12, 1e-12);
   }
 }
 

@@ -1,9 +1,10 @@
-// matmul and linear: triple-loop references (2-D, transposed and sliced views,
+// matmul and linear: the reference kernel's triple loop (2-D, transposed and sliced views,
 // broadcast batches, 1-D promotions), in-place reading of transposed operands,
 // gradchecks in f64, and error messages.
 #include "helpers.h"
 
 #include "headroom/ops/matmul.h"
+#include "headroom/ops/reference/kernels.h"
 
 using namespace headroom;
 
@@ -22,20 +23,20 @@ Shape with_matrix(Shape batch, int64_t rows, int64_t cols) {
   return batch;
 }
 
-// Triple loop over broadcast batches.   a: [..., M, K]   b: [..., K, N]   -> f64 [batch..., M, N]
+// reference::batched_gemm (ops/reference/kernels.h, the plain triple loop) over
+// broadcast batches, in f64.   a: [..., M, K]   b: [..., K, N]   -> f64 [batch..., M, N]
 Tensor reference_matmul(const Tensor& a, const Tensor& b) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   const Shape batch = broadcast_shapes(batch_of(a.shape()), batch_of(b.shape()), "reference");
-  std::vector<double> av = a.expand(with_matrix(batch, m, k)).to_vector<double>();
-  std::vector<double> bv = b.expand(with_matrix(batch, k, n)).to_vector<double>();
+  Tensor av = a.expand(with_matrix(batch, m, k)).to(DType::f64).contiguous();
+  Tensor bv = b.expand(with_matrix(batch, k, n)).to(DType::f64).contiguous();
   const int64_t batches = shape_numel(batch);
-  std::vector<double> out(batches * m * n, 0.0);
-  for (int64_t z = 0; z < batches; ++z)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t p = 0; p < k; ++p)
-          out[(z * m + i) * n + j] += av[(z * m + i) * k + p] * bv[(z * k + p) * n + j];
-  return Tensor::from_vector(out, with_matrix(batch, m, n));
+  kernels::MatrixStack<double> as{av.data<double>(), {}, {false, std::max<int64_t>(1, k)}};
+  kernels::MatrixStack<double> bs{bv.data<double>(), {}, {false, std::max<int64_t>(1, n)}};
+  for (int64_t z = 0; z < batches; ++z) as.offsets.push_back(z * m * k), bs.offsets.push_back(z * k * n);
+  Tensor out = Tensor::empty(with_matrix(batch, m, n), DType::f64);
+  reference::batched_gemm<double>(m, n, k, as, bs, nullptr, out.data<double>());
+  return out;
 }
 
 // torch.matmul's 1-D promotions around the reference.

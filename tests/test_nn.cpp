@@ -1,5 +1,5 @@
 // The nn family: softmax, log_softmax, layer_norm, rms_norm, dropout,
-// embedding and cross_entropy.  Loop references for outputs, f64 gradchecks
+// embedding and cross_entropy.  The reference kernels (and loops) for outputs, f64 gradchecks
 // for every op, frozen PyTorch fixtures, and errors.
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "fixture_reader.h"
+#include "headroom/ops/cpu/nn.h"
 #include "headroom/ops/nn.h"
+#include "headroom/ops/reference/kernels.h"
 #include "helpers.h"
 
 using namespace headroom;
@@ -32,41 +34,29 @@ void check_gradcheck(const autograd::GradcheckFn& fn, const Inputs& inputs) {
   CHECK_MESSAGE(result.ok, result.message);
 }
 
-// Loop reference: softmax of a row-major `x` over dimension `dim`, in double.
+// reference::softmax_forward (ops/reference/kernels.h) of a row-major `x` over dimension `dim`, in double.
 std::vector<double> naive_softmax(const std::vector<double>& x, const Shape& shape, int dim, bool log) {
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < dim; ++i) outer *= shape[i];
   for (size_t i = dim + 1; i < shape.size(); ++i) inner *= shape[i];
   const int64_t n = shape[dim];
-  std::vector<double> out(x.size());
+  std::vector<double> out(x.size()), row(n), y(n);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {
-      auto at = [&](int64_t k) { return (o * n + k) * inner + in; };
-      double top = -INFINITY, sum = 0;
-      for (int64_t k = 0; k < n; ++k) top = std::max(top, x[at(k)]);
-      for (int64_t k = 0; k < n; ++k) sum += std::exp(x[at(k)] - top);
-      for (int64_t k = 0; k < n; ++k)
-        out[at(k)] = log ? x[at(k)] - top - std::log(sum) : std::exp(x[at(k)] - top) / sum;
+      for (int64_t k = 0; k < n; ++k) row[k] = x[(o * n + k) * inner + in];
+      reference::softmax_forward(row.data(), y.data(), 1, n, log);
+      for (int64_t k = 0; k < n; ++k) out[(o * n + k) * inner + in] = y[k];
     }
   return out;
 }
 
-// Loop reference: layer_norm (center) or rms_norm over the last dimension.
+// reference::norm_forward: layer_norm (center) or rms_norm over the last dimension.
 std::vector<double> naive_norm(const std::vector<double>& x, int64_t d, const std::vector<double>& weight,
                                const std::vector<double>& bias, double eps, bool center) {
-  std::vector<double> out(x.size());
-  for (size_t r = 0; r < x.size() / d; ++r) {
-    const double* row = &x[r * d];
-    double mean = 0, var = 0;
-    if (center) {
-      for (int64_t i = 0; i < d; ++i) mean += row[i] / d;
-    }
-    for (int64_t i = 0; i < d; ++i) var += (row[i] - mean) * (row[i] - mean) / d;
-    for (int64_t i = 0; i < d; ++i) {
-      double y = (row[i] - mean) / std::sqrt(var + eps);
-      out[r * d + i] = y * (weight.empty() ? 1 : weight[i]) + (bias.empty() ? 0 : bias[i]);
-    }
-  }
+  const int64_t rows = int64_t(x.size()) / d;
+  std::vector<double> out(x.size()), mean(rows), rstd(rows);
+  reference::norm_forward(x.data(), weight.empty() ? nullptr : weight.data(), bias.empty() ? nullptr : bias.data(),
+                          out.data(), mean.data(), rstd.data(), rows, d, eps, center);
   return out;
 }
 
@@ -104,6 +94,41 @@ TEST_CASE("softmax and log_softmax match a loop reference on every dimension, f3
     }
     CHECK_CLOSE(softmax(x).to_vector<double>(), naive_softmax(xs, shape, 2, false), tol, 0);
   }
+}
+
+TEST_CASE("cpu:: softmax and norm kernels, forward and backward, equal the reference kernels") {
+  const int64_t rows = 300, n = 37;  // enough rows to run in parallel
+  auto vec = [](uint64_t seed, int64_t count) { return randn({count}, seed, DType::f64).to_vector<double>(); };
+  const std::vector<double> x = vec(1, rows * n), dy = vec(2, rows * n), w = vec(3, n), b = vec(4, n);
+  for (bool log : {false, true}) {
+    CAPTURE(log);
+    std::vector<double> y[2], dx[2];
+    for (int ref = 0; ref < 2; ++ref) {
+      y[ref].resize(rows * n), dx[ref].resize(rows * n);
+      (ref ? reference::softmax_forward<double> : cpu::softmax_forward<double>)(x.data(), y[ref].data(), rows, n, log);
+      (ref ? reference::softmax_backward<double> : cpu::softmax_backward<double>)(y[0].data(), dy.data(),
+                                                                                  dx[ref].data(), rows, n, log);
+    }
+    CHECK_CLOSE(y[0], y[1], 1e-12, 1e-12);
+    CHECK_CLOSE(dx[0], dx[1], 1e-12, 1e-12);
+  }
+  for (bool center : {true, false})
+    for (bool affine : {true, false}) {
+      CAPTURE(center);
+      CAPTURE(affine);
+      const double *wp = affine ? w.data() : nullptr, *bp = affine && center ? b.data() : nullptr;
+      std::vector<double> y[2], mean[2], rstd[2], dx[2], dw[2], db[2];
+      for (int ref = 0; ref < 2; ++ref) {
+        y[ref].resize(rows * n), dx[ref].resize(rows * n), mean[ref].resize(rows), rstd[ref].resize(rows);
+        dw[ref].resize(n), db[ref].resize(n);
+        (ref ? reference::norm_forward<double> : cpu::norm_forward<double>)(
+            x.data(), wp, bp, y[ref].data(), mean[ref].data(), rstd[ref].data(), rows, n, 1e-5, center);
+        (ref ? reference::norm_backward<double> : cpu::norm_backward<double>)(
+            x.data(), wp, mean[0].data(), rstd[0].data(), dy.data(), dx[ref].data(), dw[ref].data(), db[ref].data(),
+            rows, n, center);
+      }
+      for (auto* v : {y, mean, rstd, dx, dw, db}) CHECK_CLOSE(v[0], v[1], 1e-11, 1e-11);
+    }
 }
 
 TEST_CASE("softmax and logsumexp over many short rows: blocks of rows, a partial last block, special rows") {

@@ -9,6 +9,8 @@
 
 #include "headroom/ops/reduce.h"
 #include "headroom/ops/cpu/indexed_gemm.h"
+#include "headroom/ops/cpu/routing.h"
+#include "headroom/ops/reference/kernels.h"
 #include "headroom/ops/routing.h"
 #include "helpers.h"
 
@@ -614,6 +616,45 @@ TEST_CASE("routing: gated segment_matmul_scatter equals scatter_add_rows over se
   }
   CHECK_THROWS_HEADROOM(segment_matmul_scatter(y, w, plan, Tensor::ones({plan.num_tokens, 3}, DType::f64)),
                         "[segment_matmul_scatter] gates have shape (300,3) but the plan routes 300 tokens with k=2");
+}
+
+// The tuned kernels of ops/cpu/routing.h against the plain loops of
+// ops/reference/kernels.h, on the 700-token plan above (several token blocks,
+// tiles and panels; segment 2 empty): gathered, scattered, gated, transposed.
+TEST_CASE("routing: cpu:: gather / sum rows and the grouped matmuls equal the reference kernels") {
+  RoutePlan plan = fused_case_plan(700);
+  const int64_t tokens = 700, k = 2, rows = plan.rows(), segments = 4, in = 37, out = 20;
+  const int32_t *order = plan.order.data<int32_t>(), *offsets = plan.offsets.data<int32_t>();
+  Tensor x_t = param({tokens, in}, 1), y_t = param({rows, out}, 2), w_t = param({segments, in, out}, 3);
+  Tensor g_t = param({tokens * k}, 4);
+  const double *x = x_t.data<double>(), *y = y_t.data<double>(), *w = w_t.data<double>(), *g = g_t.data<double>();
+  std::vector<int32_t> starts(tokens + 1);  // each token's k grouped rows, through position
+  for (int64_t t = 0; t <= tokens; ++t) starts[t] = int32_t(t * k);
+  const cpu::GroupedRows<double> gathered{x, in, order, k}, grouped{y, out, nullptr, 1};
+  std::vector<double> result[2][7];
+  for (int ref = 0; ref < 2; ++ref) {
+    std::vector<double>* r = result[ref];
+    r[0].resize(rows * in), r[1].resize(tokens * out), r[2].resize(rows * out), r[3].resize(rows * in);
+    r[4].resize(tokens * in), r[5].resize(tokens * out), r[6].resize(segments * in * out);
+    (ref ? reference::gather_rows<double> : cpu::gather_rows<double>)(x, in, order, k, g, rows, r[0].data());
+    using SumRows = void (*)(const double*, int64_t, const int32_t*, const int32_t*, const double*, int64_t, double*);
+    (ref ? static_cast<SumRows>(reference::sum_rows<double>) : cpu::sum_rows<double>)(
+        y, out, starts.data(), plan.position.data<int32_t>(), g, tokens, r[1].data());
+    (ref ? reference::segment_matmul<double> : cpu::segment_matmul<double>)(gathered, w, offsets, segments, in, out,
+                                                                            false, r[2].data());
+    (ref ? reference::segment_matmul<double> : cpu::segment_matmul<double>)(grouped, w, offsets, segments, in, out,
+                                                                            true, r[3].data());
+    (ref ? reference::segment_matmul_scatter<double> : cpu::segment_matmul_scatter<double>)(
+        y, order, k, offsets, segments, w, in, out, true, tokens, r[4].data(), g);
+    (ref ? reference::segment_matmul_scatter<double> : cpu::segment_matmul_scatter<double>)(
+        r[0].data(), order, k, offsets, segments, w, in, out, false, tokens, r[5].data(), nullptr);
+    (ref ? reference::segment_matmul_weight_grad<double> : cpu::segment_matmul_weight_grad<double>)(
+        gathered, grouped, offsets, segments, in, out, r[6].data());
+  }
+  for (int i = 0; i < 7; ++i) {
+    CAPTURE(i);
+    CHECK_CLOSE(result[0][i], result[1][i], 1e-12, 1e-12);
+  }
 }
 
 TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter errors") {

@@ -10,15 +10,7 @@
 namespace headroom::cpu {
 
 using kernels::MatrixLayout;
-
-// A stack of equally shaped matrices in one buffer: matrix i starts at
-// data + offsets[i] (offsets repeat for broadcast batch dimensions).
-template <typename T>
-struct MatrixStack {
-  const T* data = nullptr;
-  std::vector<int64_t> offsets;
-  MatrixLayout layout;
-};
+using kernels::MatrixStack;
 
 // c[i] = a[i] · b[i] (+ bias on every row) for each matrix i of the stacks.
 //   a[i]: [m, k]   b[i]: [k, n]   bias: [n] or nullptr   c: [batch, m, n] contiguous

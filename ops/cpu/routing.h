@@ -5,6 +5,8 @@
 // reproducible and need no atomics.
 #include <cstdint>
 
+#include "headroom/ops/kernels/routing.h"
+
 namespace headroom::cpu {
 
 // Per row of x [rows, n]: the k largest entries, largest first, ties to the
@@ -54,13 +56,7 @@ void gate_rows_backward(const T* y, const T* gates, const int32_t* order, int64_
 // order [R], k slots per token), lives as token rows [N, width]: grouped row r
 // is token row order[r] / k.  Gathered rows are copied tile by tile into a
 // per-thread buffer that stays in cache; no [R, width] copy is made.
-template <typename T>
-struct GroupedRows {
-  const T* data = nullptr;
-  int64_t width = 0;
-  const int32_t* order = nullptr;  // null: data is [R, width] in grouped order
-  int64_t k = 1;
-};
+using kernels::GroupedRows;
 
 // out[r] = x[r] · w[e] for the rows r of each segment e.   out: [R, out or in]
 template <typename T>

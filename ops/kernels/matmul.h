@@ -16,6 +16,15 @@ struct MatrixLayout {
   int64_t ld = 1;
 };
 
+// A stack of equally shaped matrices in one buffer: matrix i starts at
+// data + offsets[i] (offsets repeat for broadcast batch dimensions).
+template <typename T>
+struct MatrixStack {
+  const T* data = nullptr;
+  std::vector<int64_t> offsets;
+  MatrixLayout layout;
+};
+
 
 struct MatmulKernels {
   virtual ~MatmulKernels() = default;

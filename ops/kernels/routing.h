@@ -22,6 +22,15 @@ struct GroupedOperand {
   int64_t k = 1;
 };
 
+// The same operand as raw pointers, as the CPU kernels (ops/cpu/routing.h) take it.
+template <typename T>
+struct GroupedRows {
+  const T* data = nullptr;
+  int64_t width = 0;
+  const int32_t* order = nullptr;  // null: data is [R, width] in grouped order
+  int64_t k = 1;
+};
+
 // What a checked index selects, for the message of a bad one.
 enum class IndexUse {
   route_segment,  // route(): index of token position / group, must be < limit segments
