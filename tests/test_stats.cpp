@@ -27,11 +27,12 @@ RoutingStats routed(const std::vector<int32_t>& indices, int64_t k, const std::v
   s.gates = Tensor::from_vector(gates, {N, E});
   if (load.empty()) {
     load.assign(E, 0);
-    if (k > 0)
+    if (k > 0) {
       for (int32_t e : indices)
         if (e >= 0 && e < E) load[e] += 1;  // an out-of-range index is the recorder's to reject
-    else
+    } else {
       for (size_t i = 0; i < gates.size(); ++i) load[i % E] += gates[i];
+    }
   }
   s.load = Tensor::from_vector(load);
   return s;
