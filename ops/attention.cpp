@@ -115,6 +115,7 @@ Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, con
 
   // Backward recomputes P from q, k and lse (cpu/attention.h).
   auto shared = std::make_shared<const AttentionProblem>(std::move(problem));
+  // P = softmax(q kᵀ·scale + mask): dv = Pᵀ g, dP = g vᵀ, dS = P ⊙ (dP − rowsum(g ⊙ out)), dq = dS k·scale, dk = dSᵀ q·scale
   autograd::record(
       out, op, {q_c, k_c, v_c}, {q_c, k_c, v_c, out.detach(), lse, mask, row_of},
       [shared](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {

@@ -47,6 +47,7 @@ Tensor binary_op(const char* name, cpu::BinaryOp op, const Tensor& a, const Tens
   else cpu::binary(op, a, b, out);
   const bool linear = op == cpu::BinaryOp::add || op == cpu::BinaryOp::sub;
   const Shape shapes[2] = {a.shape(), b.shape()};
+  // da = ∂op/∂a ⊙ g, db = ∂op/∂b ⊙ g, each summed back over its broadcast dimensions
   autograd::record(out, name, {a, b}, linear ? std::vector<Tensor>{} : std::vector<Tensor>{a, b},
                    [op, linear, shapes](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      for (int i : {0, 1}) {
@@ -69,6 +70,7 @@ Tensor unary_op(const char* name, cpu::UnaryOp op, const Tensor& x, cpu::UnaryAr
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (!x.device().is_cpu()) kernels::device_kernels(x).elementwise->unary(op, args, x, out);
   else cpu::unary(op, args, x, out);
+  // dx = f'(x) ⊙ g (cpu::unary_grad holds each f')
   autograd::record(out, name, {x}, {x},
                    [op, args](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor grad = Tensor::empty(g.shape(), g.dtype(), g.device());
@@ -214,6 +216,7 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   else cpu::where(mask, a, b, out);
   if (!out.is_floating_point()) return out;
   Shape a_shape = a.shape(), b_shape = b.shape();
+  // da = g where mask, db = g elsewhere (each summed back to its shape); the mask gets none
   autograd::record(out, "where", {mask, a, b}, {mask},
                    [a_shape, b_shape](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor zero = scalar_like(0, g);

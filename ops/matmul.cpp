@@ -193,6 +193,7 @@ Tensor sum_rows(const Tensor& g_rows) {
 Tensor matmul(const Tensor& a, const Tensor& b) {
   check_matmul(a, b);
   Tensor out = product(a, b, Tensor());  // [batch..., M, N], M or N dropped for 1-D inputs
+  // dA = g · Bᵀ, dB = Aᵀ · g (summed over broadcast batch dimensions)
   autograd::record(out, "matmul", {a, b}, {a, b},
                    [](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor a2 = promote_first(s[0]), b2 = promote_second(s[1]);  // [..., M, K], [..., K, N]
@@ -219,6 +220,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // weightᵀ as a view: [in, out] with strides swapped, read by cblas with CblasTrans.
   Tensor weight_t = make_view(weight, {in, out_features}, {weight.stride(1), weight.stride(0)}, weight.offset());
   Tensor out = product(x, weight_t, bias);  // [..., out]
+  // dx = g · W, dW = gᵀ · x, db = Σ_rows g
   autograd::record(out, "linear", {x, weight, bias}, {x, weight},
                    [](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      const Tensor& x = s[0];  // [..., in]

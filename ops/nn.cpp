@@ -67,6 +67,7 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
   Tensor out = swap_last_contiguous(y_rows, d);  // x's shape
 
   // Saved detached: out holds the node, and the node must not hold out.
+  // softmax: dx = y ⊙ (g − Σ y⊙g); log_softmax: dx = g − softmax(x) · Σ g
   autograd::record(out, op, {x}, {out.detach()},
                    [d, rows, n, log](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor y_rows = swap_last_contiguous(s[0], d), g_rows = swap_last_contiguous(g, d);
@@ -128,6 +129,8 @@ Tensor normalize_last_dim(const char* op, const Tensor& x, const Tensor& weight,
                                           mean.data<T>(), rstd.data<T>(), rows, d, eps, center);
       });
 
+  // x̂ = (x − μ)·rstd (rms: x·rstd), y = x̂ ⊙ w + b:  db = Σ_rows g, dw = Σ_rows g ⊙ x̂,
+  // dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂)) with ĝ = g ⊙ w (rms: no mean(ĝ) term)
   autograd::record(
       out, op, {x, weight, bias}, {xc, wc, mean, rstd},
       [rows, d, center](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
@@ -265,6 +268,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   EmbeddingGradPlan plan;
   if (!weight.device().is_cpu() && autograd::needs_grad({weight}))
     plan = plan_embedding_grad(index, count, weight.device());
+  // dweight[v] = Σ of g over the positions whose index is v
   autograd::record(
       out, "embedding", {weight}, {ic, plan.order, plan.segment_start, plan.segment_row},
       [vocab, d, count](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
@@ -357,6 +361,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   const double scale = reduction_scale(opts.reduction, valid);
   Tensor out = opts.reduction == Reduction::none ? row_loss : reduce_row_losses(row_loss, scale);
 
+  // dlogits = (softmax(logits) − smoothed one-hot target) · dL/d(row loss); ignored rows 0
   autograd::record(
       out, "cross_entropy", {logits}, {xc, tc, lse},
       [opts, rows, classes, scale](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {

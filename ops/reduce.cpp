@@ -122,6 +122,7 @@ Tensor extreme(const char* op, cpu::Extreme which, const Tensor& x, const std::v
   ReduceLayout r = layout_reduction(op, x, dims, keepdim);
   Tensor values = Tensor::empty(r.out_shape, x.dtype(), x.device());
   Tensor indices = reduce_arg(op, which, x, r, values);
+  // dx = g at the first extreme of each slice (the saved indices), 0 elsewhere
   autograd::record(values, op, {x}, {indices},
                    [r](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor grad = Tensor::empty({r.dims.outer, r.dims.n, r.dims.inner}, g.dtype(), g.device());
@@ -148,6 +149,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ReduceLayout r = layout_reduction("mean", x, dims, keepdim);
   Tensor out = reduce_values(cpu::ReduceOp::mean, x, r);
+  // dx = g / n for every element of the slice
   autograd::record(out, "mean", {x}, {}, [r](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
     grads.add(0, div(r.expand(g), static_cast<double>(r.dims.n)));
   });

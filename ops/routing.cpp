@@ -371,6 +371,7 @@ TopK topk(const Tensor& x, int64_t k) {
   run_along_rows(Along::take, src, result.indices, rows, n, k, result.values);
 
   const Shape in_shape = x.shape();
+  // dx = g put back at the chosen positions, 0 elsewhere
   autograd::record(result.values, "topk", {x}, {result.indices},
                    [in_shape, rows, n, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      // g: [rows, k]  ->  dx: [rows, n], zero where nothing was selected
@@ -407,6 +408,7 @@ Tensor put_along_rows(const Tensor& values, const Tensor& indices, int64_t n) {
   Tensor out = Tensor::zeros(out_shape, values.dtype(), values.device());
   run_along_rows(Along::put, values.contiguous(), index, rows, n, k, out);
 
+  // dvalues = g taken at the positions the values were put
   autograd::record(out, op, {values}, {index},
                    [rows, n, k, shape = values.shape()](const autograd::Saved& s, const Tensor& g,
                                                         autograd::Grads& grads) {
@@ -448,6 +450,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
   run_gather_rows(x.contiguous(), outer, inner, index, 1, Tensor(), out);
 
   const Shape in_shape = x.shape();
+  // dx[i] = Σ of g over the output rows that selected row i
   autograd::record(
       out, "index_select", {x}, {index},
       [in_shape, outer, size, inner](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
@@ -475,6 +478,7 @@ Tensor gather_rows(const Tensor& x, const RoutePlan& plan) {
   // x: [N, D]  ->  grouped: [N*k, D]
   Tensor grouped = gather_slots(x, Tensor(), plan.order, plan.k);
   const int64_t tokens = plan.num_tokens, k = plan.k;
+  // dx[t] = Σ_j g[position of slot (t, j)]: each token sums its slots' rows
   autograd::record(grouped, "gather_rows", {x}, {plan.position},
                    [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      grads.add(0, combine_slots(g, Tensor(), s[0], tokens, k));  // dx: [N, D]
@@ -496,6 +500,7 @@ Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const Rout
   // y_grouped is kept only for the gates' gradient: with constant (or no)
   // gates, backward needs the plan alone.
   Tensor saved_y = gates.defined() && gates.requires_grad() ? y_grouped : Tensor();
+  // dy[r] = gate_r · g[token of r], dgate_r = ⟨y[r], g[token of r]⟩
   autograd::record(out, "scatter_add_rows", {y_grouped, gates}, {saved_y, gates, plan.order, plan.position},
                    [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      const Tensor &y = s[0], &gates = s[1], &order = s[2], &position = s[3];
@@ -514,6 +519,7 @@ Tensor segment_matmul(const Tensor& x_grouped, const Tensor& weight, const Route
   // x: [N*k, in], w: [E, in, out]  ->  y: [N*k, out]
   const int64_t rows = plan.rows();
   Tensor y = segment_gemm({x_grouped}, weight, plan.offsets, rows, /*transpose_w=*/false);
+  // per segment e: dx = g · W_eᵀ, dW_e = x_eᵀ · g
   autograd::record(y, op, {x_grouped, weight}, {x_grouped, weight, plan.offsets},
                    [rows](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      const Tensor &x = s[0], &w = s[1], &offsets = s[2];  // g: [N*k, out]
@@ -530,6 +536,7 @@ Tensor gather_segment_matmul(const Tensor& x, const Tensor& weight, const RouteP
   // x: [N, in], w: [E, in, out]  ->  y: [N*k, out]
   const int64_t rows = plan.rows(), tokens = plan.num_tokens, k = plan.k;
   Tensor y = segment_gemm({x, plan.order, k}, weight, plan.offsets, rows, /*transpose_w=*/false);
+  // per segment e: dx = (g · W_eᵀ) scattered back to the token rows, dW_e = x_eᵀ · g with x read through the plan
   autograd::record(y, op, {x, weight}, {x, weight, plan.offsets, plan.order, plan.position},
                    [tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      const Tensor &x = s[0], &w = s[1], &offsets = s[2], &order = s[3], &position = s[4];
@@ -558,6 +565,7 @@ Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, con
   Tensor flat_gates = gates.defined() ? gates.contiguous().reshape({rows}) : Tensor();  // [N*k], pair order
   Tensor out = segment_gemm_scatter(y_grouped, weight, plan.offsets, plan.order, plan.position, k, tokens,
                                     /*transpose_w=*/false, flat_gates);
+  // out[t] = Σ_j gate_tj · y_r W_e:  dy_r = gate · g[t] · W_eᵀ, dW_e = Σ_r gate · y_rᵀ g[t], dgate = ⟨y_r W_e, g[t]⟩
   autograd::record(
       out, op, {y_grouped, weight, gates}, {y_grouped, weight, plan.offsets, plan.order, flat_gates},
       [rows, tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {

@@ -17,6 +17,7 @@ namespace {
 using GradMap = std::function<Tensor(const Tensor& grad_out)>;
 
 Tensor record_view(Tensor out, const char* op, const Tensor& input, GradMap to_input) {
+  // dinput = the view's inverse applied to g (to_input)
   autograd::record(out, op, {input}, {},
                    [to_input](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
                      grads.add(0, to_input(g));
@@ -246,6 +247,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim_) {
   std::vector<int64_t> lengths;
   for (const Tensor& t : tensors) lengths.push_back(t.size(d));
   if (out.is_floating_point())
+    // each input gets its own stretch of g along d
     autograd::record(out, "cat", tensors, {},
                      [d, starts, lengths](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
                        for (size_t i = 0; i < starts.size(); ++i)
