@@ -13,8 +13,8 @@ void Saved::check_versions(const std::string& op) const {
   for (const Item& item : items_) {
     if (!item.tensor.defined()) continue;
     HEADROOM_CHECK(item.tensor.version() == item.version, "[", op,
-                   "] a tensor saved for backward was modified in place (version ",
-                   item.tensor.version(), ", expected ", item.version, ")");
+                   "] a tensor saved for backward was modified in place (version ", item.tensor.version(),
+                   ", expected ", item.version, ")");
   }
 }
 
@@ -34,8 +34,8 @@ void accumulate(Tensor& sum, Tensor g) {
     sum = std::move(g);
     return;
   }
-  HEADROOM_CHECK(sum.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ",
-                 shape_str(g.shape()), " into one of shape ", shape_str(sum.shape()));
+  HEADROOM_CHECK(sum.shape() == g.shape(), "[autograd] cannot accumulate a gradient of shape ", shape_str(g.shape()),
+                 " into one of shape ", shape_str(sum.shape()));
   if (g.dtype() != sum.dtype()) g = g.to(sum.dtype());
   if (!sole_owner(sum)) sum = sum.clone();
   accumulate_elements(g, sum);
@@ -75,8 +75,8 @@ void accumulate_slice(Tensor& sum, const Shape& shape, Tensor g, const SliceRegi
 }
 
 bool Grads::wanted_checked(size_t i) const {
-  HEADROOM_CHECK(i < wanted_.size(), "[", op_, "] backward wrote gradient ", i, " but the op has ",
-                 wanted_.size(), " inputs");
+  HEADROOM_CHECK(i < wanted_.size(), "[", op_, "] backward wrote gradient ", i, " but the op has ", wanted_.size(),
+                 " inputs");
   return wanted_[i];
 }
 
@@ -108,11 +108,10 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-void record(Tensor& out, const char* op, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& saved, BackwardFn backward_fn) {
+void record(Tensor& out, const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+            BackwardFn backward_fn) {
   if (!needs_grad(inputs)) return;
-  HEADROOM_CHECK(out.is_floating_point(), "[", op, "] output of dtype ", out.dtype(),
-                 " cannot carry a gradient");
+  HEADROOM_CHECK(out.is_floating_point(), "[", op, "] output of dtype ", out.dtype(), " cannot carry a gradient");
   auto node = std::make_shared<Node>();
   node->name = op;
   for (const Tensor& in : inputs) {
@@ -187,9 +186,8 @@ void release(Node& node) {
 }  // namespace
 
 void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
-  HEADROOM_CHECK(root.requires_grad(), "[backward] called on a tensor of shape ",
-                 shape_str(root.shape()), " and dtype ", root.dtype(),
-                 " that does not require grad",
+  HEADROOM_CHECK(root.requires_grad(), "[backward] called on a tensor of shape ", shape_str(root.shape()),
+                 " and dtype ", root.dtype(), " that does not require grad",
                  root.is_floating_point() ? "" : " (integer and mask tensors are never differentiable)");
   Tensor grad_root = seed;
   if (!grad_root.defined()) {
@@ -197,9 +195,8 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
                    shape_str(root.shape()), " (only one-element tensors are seeded with 1)");
     grad_root = Tensor::ones(root.shape(), root.dtype(), root.device());
   }
-  HEADROOM_CHECK(grad_root.shape() == root.shape(), "[backward] seed of shape ",
-                 shape_str(grad_root.shape()), " does not match the output shape ",
-                 shape_str(root.shape()));
+  HEADROOM_CHECK(grad_root.shape() == root.shape(), "[backward] seed of shape ", shape_str(grad_root.shape()),
+                 " does not match the output shape ", shape_str(root.shape()));
   NoGradGuard no_grad;
   if (root.is_leaf()) {
     accumulate_leaf(*root.impl_shared(), {grad_root, std::nullopt});
@@ -246,8 +243,10 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
 namespace headroom {
 
 Tensor& Tensor::set_requires_grad(bool flag) {
-  HEADROOM_CHECK(is_leaf(), "[set_requires_grad] only leaf tensors can be marked; this tensor was "
-                            "made by '", grad_fn()->name, "' (use detach() first)");
+  HEADROOM_CHECK(is_leaf(),
+                 "[set_requires_grad] only leaf tensors can be marked; this tensor was "
+                 "made by '",
+                 grad_fn()->name, "' (use detach() first)");
   HEADROOM_CHECK(!flag || is_floating_point(), "[set_requires_grad] tensors of dtype ", dtype(),
                  " cannot require grad; only f32 and f64 can");
   impl().requires_grad = flag;
@@ -257,16 +256,14 @@ Tensor& Tensor::set_requires_grad(bool flag) {
 Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
 
 void Tensor::set_grad(const Tensor& grad) const {
-  HEADROOM_CHECK(!grad.defined() || grad.shape() == shape(), "[set_grad] gradient of shape ",
-                 shape_str(grad.shape()), " for a tensor of shape ", shape_str(shape()));
+  HEADROOM_CHECK(!grad.defined() || grad.shape() == shape(), "[set_grad] gradient of shape ", shape_str(grad.shape()),
+                 " for a tensor of shape ", shape_str(shape()));
   impl().grad = grad.defined() ? grad.impl_shared() : nullptr;
 }
 
 void Tensor::zero_grad() const { impl().grad = nullptr; }
 
-void Tensor::backward(const Tensor& seed, bool retain_graph) const {
-  autograd::backward(*this, seed, retain_graph);
-}
+void Tensor::backward(const Tensor& seed, bool retain_graph) const { autograd::backward(*this, seed, retain_graph); }
 
 Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
 

@@ -26,18 +26,18 @@ std::vector<int64_t> element_offsets(const Tensor& x) {
 
 }  // namespace
 
-GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double eps,
-                          double atol, double rtol) {
+GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double eps, double atol,
+                          double rtol) {
   GradcheckResult result;
   for (const Tensor& x : inputs) {
     x.zero_grad();
-    if (x.requires_grad())
-      HEADROOM_CHECK(x.is_leaf(), "[gradcheck] inputs must be leaf tensors");
+    if (x.requires_grad()) HEADROOM_CHECK(x.is_leaf(), "[gradcheck] inputs must be leaf tensors");
   }
   // Analytic gradients: backward of y with seed r.
   Tensor y = fn(inputs);
-  HEADROOM_CHECK(y.requires_grad(), "[gradcheck] the function's output does not require grad; "
-                                    "no input that requires grad reaches it");
+  HEADROOM_CHECK(y.requires_grad(),
+                 "[gradcheck] the function's output does not require grad; "
+                 "no input that requires grad reaches it");
   Generator gen(20261130);
   std::vector<double> r(y.numel());
   for (double& v : r) v = 2 * gen.next_uniform() - 1;
@@ -49,11 +49,10 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Tensor& x = inputs[k];
     if (!x.defined() || !x.requires_grad()) continue;
-    HEADROOM_CHECK(x.dtype() == DType::f64, "[gradcheck] input ", k,
-                   " must be f64 for finite differences, got ", x.dtype());
-    std::vector<double> analytic = x.grad().defined()
-                                       ? x.grad().to_vector<double>()
-                                       : std::vector<double>(x.numel(), 0.0);
+    HEADROOM_CHECK(x.dtype() == DType::f64, "[gradcheck] input ", k, " must be f64 for finite differences, got ",
+                   x.dtype());
+    std::vector<double> analytic =
+        x.grad().defined() ? x.grad().to_vector<double>() : std::vector<double>(x.numel(), 0.0);
     std::vector<int64_t> offsets = element_offsets(x);
     for (size_t i = 0; i < offsets.size(); ++i) {
       // Perturb the element in the input's own storage (views included).
@@ -69,9 +68,8 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
       result.max_abs_error = std::max(result.max_abs_error, error);
       if (error > atol + rtol * std::abs(numeric) && result.ok) {
         result.ok = false;
-        report << "[gradcheck] input " << k << " (shape " << shape_str(x.shape()) << ") element "
-               << i << ": analytic " << analytic[i] << " vs numeric " << numeric << " (error "
-               << error << ")";
+        report << "[gradcheck] input " << k << " (shape " << shape_str(x.shape()) << ") element " << i << ": analytic "
+               << analytic[i] << " vs numeric " << numeric << " (error " << error << ")";
       }
     }
   }

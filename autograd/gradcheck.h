@@ -25,8 +25,8 @@ struct GradcheckResult {
 
 using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
-                          double eps = 1e-6, double atol = 1e-5, double rtol = 1e-3);
+GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double eps = 1e-6,
+                          double atol = 1e-5, double rtol = 1e-3);
 
 }  // namespace headroom::autograd
 

@@ -106,8 +106,8 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 
 // Attaches a Node to `out` when needs_grad(inputs); otherwise does nothing.
 // `out` must be a floating-point tensor: integer outputs are never differentiable.
-void record(Tensor& out, const char* op, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& saved, BackwardFn backward);
+void record(Tensor& out, const char* op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+            BackwardFn backward);
 
 // Runs reverse-mode differentiation from `root` (Tensor::backward calls this).
 void backward(const Tensor& root, const Tensor& seed, bool retain_graph);

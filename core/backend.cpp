@@ -24,10 +24,14 @@ void fill_typed(T* ptr, int64_t n, T value) {
 // Writes value (converted) into n contiguous elements of dtype at ptr.
 void fill_contiguous(void* ptr, DType dtype, int64_t n, double value) {
   switch (dtype) {
-    case DType::f32: return fill_typed(static_cast<float*>(ptr), n, static_cast<float>(value));
-    case DType::f64: return fill_typed(static_cast<double*>(ptr), n, value);
-    case DType::i32: return fill_typed(static_cast<int32_t*>(ptr), n, static_cast<int32_t>(value));
-    case DType::b8: return fill_typed(static_cast<uint8_t*>(ptr), n, uint8_t(value != 0 ? 1 : 0));
+    case DType::f32:
+      return fill_typed(static_cast<float*>(ptr), n, static_cast<float>(value));
+    case DType::f64:
+      return fill_typed(static_cast<double*>(ptr), n, value);
+    case DType::i32:
+      return fill_typed(static_cast<int32_t*>(ptr), n, static_cast<int32_t>(value));
+    case DType::b8:
+      return fill_typed(static_cast<uint8_t*>(ptr), n, uint8_t(value != 0 ? 1 : 0));
   }
 }
 
@@ -81,15 +85,18 @@ void copy_typed(const Tensor& src, const Strides& src_strides, const Tensor& dst
 template <typename S>
 void copy_from(const Tensor& src, const Strides& strides, const Tensor& dst) {
   switch (dst.dtype()) {
-    case DType::f32: return copy_typed<false, S, float>(src, strides, dst);
-    case DType::f64: return copy_typed<false, S, double>(src, strides, dst);
-    case DType::i32: return copy_typed<false, S, int32_t>(src, strides, dst);
-    case DType::b8: return copy_typed<false, S, uint8_t>(src, strides, dst);
+    case DType::f32:
+      return copy_typed<false, S, float>(src, strides, dst);
+    case DType::f64:
+      return copy_typed<false, S, double>(src, strides, dst);
+    case DType::i32:
+      return copy_typed<false, S, int32_t>(src, strides, dst);
+    case DType::b8:
+      return copy_typed<false, S, uint8_t>(src, strides, dst);
   }
 }
 
 // ---- the CPU backend -------------------------------------------------------------
-
 
 // CPU memory: 64-byte aligned blocks (one cache line, the widest AVX-512
 // load).  Large blocks are cached after free and reused for a request of the
@@ -99,8 +106,8 @@ void copy_from(const Tensor& src, const Strides& strides, const Tensor& dst) {
 // reused buffer.  Small blocks go straight to malloc, which caches them itself.
 class CpuBackend final : public Backend {
  public:
-  static constexpr size_t kCacheMin = 256 << 10;      // cache blocks >= 256 KiB
-  static constexpr size_t kCacheRound = 64 << 10;     // rounded up to 64 KiB
+  static constexpr size_t kCacheMin = 256 << 10;          // cache blocks >= 256 KiB
+  static constexpr size_t kCacheRound = 64 << 10;         // rounded up to 64 KiB
   static constexpr size_t kCacheLimit = size_t(2) << 30;  // at most 2 GiB held idle
 
   ~CpuBackend() override { empty_cache(); }
@@ -115,13 +122,12 @@ class CpuBackend final : public Backend {
       empty_cache();
       ptr = std::aligned_alloc(64, rounded);
     }
-    HEADROOM_CHECK(ptr, "[cpu] out of memory: tried to allocate ", nbytes,
-                   " bytes; in use by headroom ", active_.load(), " bytes");
+    HEADROOM_CHECK(ptr, "[cpu] out of memory: tried to allocate ", nbytes, " bytes; in use by headroom ",
+                   active_.load(), " bytes");
     size_t now = active_ += nbytes;
     ++allocations_;
     size_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
     return ptr;
   }
   void deallocate(void* ptr, size_t nbytes, int) override {
@@ -146,9 +152,15 @@ class CpuBackend final : public Backend {
   }
   // Empty tensors have null data, and mem* functions must not see null even for
   // zero bytes (UBSan flags it).
-  void copy_to_host(void* dst, const void* src, size_t n, int) override { if (n) std::memcpy(dst, src, n); }
-  void copy_from_host(void* dst, const void* src, size_t n, int) override { if (n) std::memcpy(dst, src, n); }
-  void copy_within(void* dst, const void* src, size_t n, int) override { if (n) std::memmove(dst, src, n); }
+  void copy_to_host(void* dst, const void* src, size_t n, int) override {
+    if (n) std::memcpy(dst, src, n);
+  }
+  void copy_from_host(void* dst, const void* src, size_t n, int) override {
+    if (n) std::memcpy(dst, src, n);
+  }
+  void copy_within(void* dst, const void* src, size_t n, int) override {
+    if (n) std::memmove(dst, src, n);
+  }
   // Blocks of kParallelMin floats (128 KiB) and more are split between the
   // threads: autograd zeroes whole [N, d]-sized gradients, and one thread's
   // memset left the other idle.
@@ -159,10 +171,14 @@ class CpuBackend final : public Backend {
   }
   void copy(const Tensor& src, const Strides& strides, const Tensor& dst) override {
     switch (src.dtype()) {
-      case DType::f32: return copy_from<float>(src, strides, dst);
-      case DType::f64: return copy_from<double>(src, strides, dst);
-      case DType::i32: return copy_from<int32_t>(src, strides, dst);
-      case DType::b8: return copy_from<uint8_t>(src, strides, dst);
+      case DType::f32:
+        return copy_from<float>(src, strides, dst);
+      case DType::f64:
+        return copy_from<double>(src, strides, dst);
+      case DType::i32:
+        return copy_from<int32_t>(src, strides, dst);
+      case DType::b8:
+        return copy_from<uint8_t>(src, strides, dst);
     }
   }
   void fill(const Tensor& dst, double value) override {
@@ -183,8 +199,7 @@ class CpuBackend final : public Backend {
 
  private:
   static size_t round_size(size_t nbytes) {
-    return nbytes >= kCacheMin ? (nbytes + kCacheRound - 1) / kCacheRound * kCacheRound
-                               : (nbytes + 63) / 64 * 64;
+    return nbytes >= kCacheMin ? (nbytes + kCacheRound - 1) / kCacheRound * kCacheRound : (nbytes + 63) / 64 * 64;
   }
   void* take_cached(size_t rounded) {
     if (rounded < kCacheMin) return nullptr;
@@ -229,10 +244,10 @@ void register_backend(Device::Kind kind, BackendProvider& provider) { provider_s
 Backend& backend(Device device) {
   if (device.is_cpu()) return cpu_backend();
   BackendProvider* provider = provider_slot(device.kind);
-  HEADROOM_CHECK(provider, "[device] ", device, " needs headroom's ", kind_name(device.kind),
-                 " backend, which is not linked into this program: link the CMake target headroom::",
-                 kind_name(device.kind), " (find_package(headroom COMPONENTS ", kind_name(device.kind),
-                 ") with a headroom built with it)");
+  HEADROOM_CHECK(
+      provider, "[device] ", device, " needs headroom's ", kind_name(device.kind),
+      " backend, which is not linked into this program: link the CMake target headroom::", kind_name(device.kind),
+      " (find_package(headroom COMPONENTS ", kind_name(device.kind), ") with a headroom built with it)");
   return provider->backend();
 }
 
@@ -245,8 +260,8 @@ int device_count(Device::Kind kind) {
 std::string device_summary(Device::Kind kind) {
   if (kind == Device::Kind::cpu) return "cpu";
   BackendProvider* provider = provider_slot(kind);
-  if (!provider) return std::string("headroom's ") + kind_name(kind) + " backend is not linked (headroom::" +
-                        kind_name(kind) + ")";
+  if (!provider)
+    return std::string("headroom's ") + kind_name(kind) + " backend is not linked (headroom::" + kind_name(kind) + ")";
   return provider->summary();
 }
 

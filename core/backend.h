@@ -54,9 +54,9 @@ class Backend {
 class BackendProvider {
  public:
   virtual ~BackendProvider() = default;
-  virtual int device_count() = 0;       // 0 when the driver or the devices are missing
-  virtual std::string summary() = 0;    // runtime and driver versions, devices
-  virtual Backend& backend() = 0;       // throws headroom::Error when device_count() is 0
+  virtual int device_count() = 0;     // 0 when the driver or the devices are missing
+  virtual std::string summary() = 0;  // runtime and driver versions, devices
+  virtual Backend& backend() = 0;     // throws headroom::Error when device_count() is 0
 };
 
 // Called once by a backend library as it loads (a static initialiser).

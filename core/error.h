@@ -28,12 +28,9 @@ std::string concat(const Parts&... parts) {
 // HEADROOM_CHECK(cond, "[op] message ", value, ...): throws headroom::Error with
 // the concatenated parts and file:line when cond is false.  The first part names
 // the op in brackets, as in "[matmul] ...".
-#define HEADROOM_CHECK(cond, ...)                                                     \
-  do {                                                                                \
-    if (!(cond))                                                                      \
-      ::headroom::detail::throw_error(::headroom::detail::concat(__VA_ARGS__), __FILE__, \
-                                      __LINE__);                                      \
+#define HEADROOM_CHECK(cond, ...)                                                                              \
+  do {                                                                                                         \
+    if (!(cond)) ::headroom::detail::throw_error(::headroom::detail::concat(__VA_ARGS__), __FILE__, __LINE__); \
   } while (0)
 
-#define HEADROOM_FAIL(...) \
-  ::headroom::detail::throw_error(::headroom::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
+#define HEADROOM_FAIL(...) ::headroom::detail::throw_error(::headroom::detail::concat(__VA_ARGS__), __FILE__, __LINE__)

@@ -29,8 +29,8 @@ Tensor load_image(const std::string& path, int channels) {
   HEADROOM_CHECK(channels >= 0 && channels <= 4, "[load_image] channels must be 0 (as in the file) or 1..4, got ",
                  channels, ": ", path);
   int width = 0, height = 0, file_channels = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
-      stbi_load(path.c_str(), &width, &height, &file_channels, channels), stbi_image_free);
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load(path.c_str(), &width, &height, &file_channels, channels),
+                                                   stbi_image_free);
   HEADROOM_CHECK(pixels != nullptr, "[load_image] cannot load ", path, ": ", stbi_failure_reason());
   const int c = channels == 0 ? file_channels : channels;
   Tensor image = Tensor::empty({height, width, c});  // [H, W, C]
@@ -113,8 +113,7 @@ Tensor resize_image(const Tensor& image, int64_t height, int64_t width) {
   Tensor out = Tensor::empty(out_shape, image.dtype());
   if (image.dtype() == DType::f32)
     resize_bilinear(in.data<float>(), image.size(0), image.size(1), C, out.data<float>(), height, width);
-  else
-    resize_bilinear(in.data<double>(), image.size(0), image.size(1), C, out.data<double>(), height, width);
+  else resize_bilinear(in.data<double>(), image.size(0), image.size(1), C, out.data<double>(), height, width);
   return out;
 }
 

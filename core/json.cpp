@@ -26,10 +26,14 @@ Value Value::object(Members members) {
 
 const char* kind_name(Value::Kind kind) {
   switch (kind) {
-    case Value::Kind::integer: return "an integer";
-    case Value::Kind::string: return "a string";
-    case Value::Kind::array: return "an array";
-    case Value::Kind::object: return "an object";
+    case Value::Kind::integer:
+      return "an integer";
+    case Value::Kind::string:
+      return "a string";
+    case Value::Kind::array:
+      return "an array";
+    case Value::Kind::object:
+      return "an object";
   }
   return "?";
 }
@@ -77,8 +81,8 @@ namespace {
 struct Escape {
   char letter, character;  // "\n" is letter 'n' for character '\n'
 };
-constexpr Escape kEscapes[] = {{'"', '"'}, {'\\', '\\'}, {'b', '\b'}, {'f', '\f'},
-                               {'n', '\n'}, {'r', '\r'}, {'t', '\t'}};
+constexpr Escape kEscapes[] = {{'"', '"'},  {'\\', '\\'}, {'b', '\b'}, {'f', '\f'},
+                               {'n', '\n'}, {'r', '\r'},  {'t', '\t'}};
 
 template <typename Pred>
 const Escape* find_escape(Pred pred) {
@@ -131,8 +135,7 @@ class Parser {
     if (c == '[') return parse_array(depth);
     if (c == '"') return Value(parse_string());
     if (c == '-' || (c >= '0' && c <= '9')) return Value(parse_integer());
-    fail(std::string("unexpected character '") + c +
-         "' (only objects, arrays, strings and integers are supported)");
+    fail(std::string("unexpected character '") + c + "' (only objects, arrays, strings and integers are supported)");
   }
 
   Value parse_object(int depth) {
@@ -300,8 +303,12 @@ void dump_string(const std::string& s, std::string& out) {
 
 void dump_to(const Value& v, std::string& out) {
   switch (v.kind()) {
-    case Value::Kind::integer: out += std::to_string(v.as_integer()); break;
-    case Value::Kind::string: dump_string(v.as_string(), out); break;
+    case Value::Kind::integer:
+      out += std::to_string(v.as_integer());
+      break;
+    case Value::Kind::string:
+      dump_string(v.as_string(), out);
+      break;
     case Value::Kind::array: {
       out += '[';
       const char* sep = "";

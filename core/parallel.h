@@ -39,8 +39,7 @@ HEADROOM_CPU_CLONES void parallel_for(int64_t n, bool parallel, const Body& body
 // memset per chunk.
 template <typename Body>
 void parallel_chunks(int64_t n, int64_t chunk, bool parallel, const Body& body) {
-  parallel_for((n + chunk - 1) / chunk, parallel,
-               [&](int64_t i) { body(i * chunk, std::min(n, (i + 1) * chunk)); });
+  parallel_for((n + chunk - 1) / chunk, parallel, [&](int64_t i) { body(i * chunk, std::min(n, (i + 1) * chunk)); });
 }
 
 // The same with per-thread scratch: each thread makes its own with
@@ -49,8 +48,7 @@ void parallel_chunks(int64_t n, int64_t chunk, bool parallel, const Body& body) 
 // compiled the elementwise loops 15-20% slower, e.g. gt of [16k] 18.7 ->
 // 22.8 µs.)
 template <typename MakeScratch, typename Body>
-HEADROOM_CPU_CLONES void parallel_for(int64_t n, bool parallel, const MakeScratch& make_scratch,
-                                      const Body& body) {
+HEADROOM_CPU_CLONES void parallel_for(int64_t n, bool parallel, const MakeScratch& make_scratch, const Body& body) {
   if (!parallel) {
     auto scratch = make_scratch();
     for (int64_t i = 0; i < n; ++i) body(scratch, i);

@@ -49,7 +49,9 @@ class Generator {
   }
   HEADROOM_HOST_DEVICE uint64_t bits_at(uint64_t i) const { return splitmix64(seed_ * 0x9E3779B97F4A7C15ULL + i); }
   HEADROOM_HOST_DEVICE float uniform_at(uint64_t i) const { return static_cast<float>(bits_at(i) >> 40) * 0x1.0p-24f; }
-  HEADROOM_HOST_DEVICE double uniform64_at(uint64_t i) const { return static_cast<double>(bits_at(i) >> 11) * 0x1.0p-53; }
+  HEADROOM_HOST_DEVICE double uniform64_at(uint64_t i) const {
+    return static_cast<double>(bits_at(i) >> 11) * 0x1.0p-53;
+  }
 
   // Sequential convenience draws.
   uint64_t next_bits() { return bits_at(reserve(1)); }

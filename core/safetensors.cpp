@@ -51,8 +51,8 @@ struct Entry {
 
 // ---- reading ---------------------------------------------------------------------
 
-const json::Value& field(const json::Value& entry, const char* key, json::Value::Kind kind,
-                         const std::string& name, const std::string& path) {
+const json::Value& field(const json::Value& entry, const char* key, json::Value::Kind kind, const std::string& name,
+                         const std::string& path) {
   const json::Value* v = entry.find(key);
   HEADROOM_CHECK(v != nullptr, "[safetensors] tensor '", name, "' has no \"", key, "\" field: ", path);
   HEADROOM_CHECK(v->kind() == kind, "[safetensors] field \"", key, "\" of tensor '", name, "' is ",
@@ -65,8 +65,8 @@ std::vector<uint64_t> unsigned_list(const json::Value& entry, const char* key, c
                                     const std::string& path) {
   std::vector<uint64_t> out;
   for (const json::Value& item : field(entry, key, json::Value::Kind::array, name, path).as_array()) {
-    HEADROOM_CHECK(item.kind() == json::Value::Kind::integer && item.as_integer() >= 0, "[safetensors] field \"",
-                   key, "\" of tensor '", name, "' must hold non-negative integers: ", path);
+    HEADROOM_CHECK(item.kind() == json::Value::Kind::integer && item.as_integer() >= 0, "[safetensors] field \"", key,
+                   "\" of tensor '", name, "' must hold non-negative integers: ", path);
     out.push_back(static_cast<uint64_t>(item.as_integer()));
   }
   return out;
@@ -78,10 +78,10 @@ Entry parse_entry(const std::string& name, const json::Value& value, const std::
   Entry e;
   e.name = name;
   const std::string& dtype = field(value, "dtype", json::Value::Kind::string, name, path).as_string();
-  auto known = std::find_if(std::begin(kFileDTypes), std::end(kFileDTypes),
-                            [&](const FileDType& d) { return dtype == d.name; });
-  HEADROOM_CHECK(known != std::end(kFileDTypes), "[safetensors] tensor '", name, "' has unsupported dtype '",
-                 dtype, "' (supported: F32, F64, I32, I64, BOOL): ", path);
+  auto known =
+      std::find_if(std::begin(kFileDTypes), std::end(kFileDTypes), [&](const FileDType& d) { return dtype == d.name; });
+  HEADROOM_CHECK(known != std::end(kFileDTypes), "[safetensors] tensor '", name, "' has unsupported dtype '", dtype,
+                 "' (supported: F32, F64, I32, I64, BOOL): ", path);
   e.dtype = *known;
 
   // The byte size of the shape, guarding every product against overflow.
@@ -111,8 +111,8 @@ std::map<std::string, std::string> parse_metadata(const json::Value& value, cons
                  json::kind_name(value.kind()), ", expected an object of strings: ", path);
   std::map<std::string, std::string> out;
   for (const auto& [key, item] : value.as_object()) {
-    HEADROOM_CHECK(item.kind() == json::Value::Kind::string, "[safetensors] __metadata__ value of \"", key,
-                   "\" is ", json::kind_name(item.kind()), ", expected a string: ", path);
+    HEADROOM_CHECK(item.kind() == json::Value::Kind::string, "[safetensors] __metadata__ value of \"", key, "\" is ",
+                   json::kind_name(item.kind()), ", expected a string: ", path);
     out[key] = item.as_string();
   }
   return out;
@@ -235,7 +235,6 @@ Tensor SafetensorsFile::get(const std::string& name) const {
 // ---- writing ---------------------------------------------------------------------
 
 namespace {
-
 
 json::Value integer_array(const std::vector<int64_t>& values) {
   std::vector<json::Value> items(values.begin(), values.end());

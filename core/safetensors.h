@@ -25,7 +25,7 @@ namespace headroom {
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 struct SafetensorsFile {
-  std::string path;  // where it was loaded from, for error messages
+  std::string path;      // where it was loaded from, for error messages
   NamedTensors tensors;  // in header order
   std::map<std::string, std::string> metadata;
 

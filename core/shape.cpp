@@ -22,7 +22,7 @@ Strides contiguous_strides(const Shape& shape) {
 
 std::optional<Strides> view_strides(const Shape& shape, const Strides& strides, const Shape& new_shape) {
   if (shape_numel(shape) == 0) return contiguous_strides(new_shape);  // no element to address
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (size, stride) without the size-1 dimensions
+  std::vector<std::pair<int64_t, int64_t>> dims;                      // (size, stride) without the size-1 dimensions
   for (size_t i = 0; i < shape.size(); ++i)
     if (shape[i] != 1) dims.push_back({shape[i], strides[i]});
   Strides out(new_shape.size(), 1);
@@ -62,9 +62,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    HEADROOM_CHECK(da == db || da == 1 || db == 1, "[", op, "] shapes ", shape_str(a), " and ",
-                   shape_str(b), " cannot be broadcast together (dimension ", i, ": ", da,
-                   " vs ", db, ")");
+    HEADROOM_CHECK(da == db || da == 1 || db == 1, "[", op, "] shapes ", shape_str(a), " and ", shape_str(b),
+                   " cannot be broadcast together (dimension ", i, ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

@@ -32,7 +32,5 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 }  // namespace headroom
 
 namespace std {
-inline ostream& operator<<(ostream& os, const headroom::Shape& s) {
-  return os << headroom::shape_str(s);
-}
+inline ostream& operator<<(ostream& os, const headroom::Shape& s) { return os << headroom::shape_str(s); }
 }  // namespace std

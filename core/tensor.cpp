@@ -39,8 +39,7 @@ TensorImpl& Tensor::impl() const {
 // ---- creation -----------------------------------------------------------------
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t s : shape)
-    HEADROOM_CHECK(s >= 0, "[empty] negative dimension in shape ", shape_str(shape));
+  for (int64_t s : shape) HEADROOM_CHECK(s >= 0, "[empty] negative dimension in shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device);
   impl->shape = shape;
@@ -55,18 +54,20 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
-Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
-  return full(shape, 1.0, dtype, device);
-}
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 
 namespace {
 
 double read_element(const void* base, DType dtype, int64_t offset) {
   switch (dtype) {
-    case DType::f32: return static_cast<const float*>(base)[offset];
-    case DType::f64: return static_cast<const double*>(base)[offset];
-    case DType::i32: return static_cast<const int32_t*>(base)[offset];
-    case DType::b8: return static_cast<const uint8_t*>(base)[offset];
+    case DType::f32:
+      return static_cast<const float*>(base)[offset];
+    case DType::f64:
+      return static_cast<const double*>(base)[offset];
+    case DType::i32:
+      return static_cast<const int32_t*>(base)[offset];
+    case DType::b8:
+      return static_cast<const uint8_t*>(base)[offset];
   }
   return 0;
 }
@@ -90,10 +91,18 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype) {
   for (int64_t i = 0; i < n; ++i) {
     double v = start + step * double(i);
     switch (dtype) {
-      case DType::f32: t.data<float>()[i] = float(v); break;
-      case DType::f64: t.data<double>()[i] = v; break;
-      case DType::i32: t.data<int32_t>()[i] = int32_t(v); break;
-      case DType::b8: t.data<uint8_t>()[i] = v != 0; break;
+      case DType::f32:
+        t.data<float>()[i] = float(v);
+        break;
+      case DType::f64:
+        t.data<double>()[i] = v;
+        break;
+      case DType::i32:
+        t.data<int32_t>()[i] = int32_t(v);
+        break;
+      case DType::b8:
+        t.data<uint8_t>()[i] = v != 0;
+        break;
     }
   }
   return t;
@@ -101,9 +110,8 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype) {
 
 template <typename T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
-  HEADROOM_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "[from_vector] ",
-                 values.size(), " values cannot fill shape ", shape_str(shape), " (",
-                 shape_numel(shape), " elements)");
+  HEADROOM_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "[from_vector] ", values.size(),
+                 " values cannot fill shape ", shape_str(shape), " (", shape_numel(shape), " elements)");
   Tensor t = empty(shape, dtype_of<T>::value);
   if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
   return t;
@@ -187,8 +195,7 @@ void* Tensor::raw_data() const {
 }
 
 double Tensor::item() const {
-  HEADROOM_CHECK(numel() == 1, "[item] expected a tensor with one element, got shape ",
-                 shape_str(shape()));
+  HEADROOM_CHECK(numel() == 1, "[item] expected a tensor with one element, got shape ", shape_str(shape()));
   Tensor host = device().is_cpu() ? *this : to(Device::cpu());
   return read_element(host.raw_data(), dtype(), 0);
 }
@@ -215,8 +222,7 @@ template std::vector<int64_t> Tensor::to_vector() const;
 
 namespace {
 
-void print_dim(std::ostream& os, const Tensor& t, const std::vector<double>& values, int d,
-               int64_t& next, int indent) {
+void print_dim(std::ostream& os, const Tensor& t, const std::vector<double>& values, int d, int64_t& next, int indent) {
   const int64_t n = t.size(d);
   const int64_t edge = 3;  // elements shown at each end of a long dimension
   const bool elide = n > 2 * edge + 1;
@@ -279,24 +285,23 @@ Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offse
 
 void check_same_device(const char* op, const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors)
-    HEADROOM_CHECK(t.device() == tensors[0].device(), "[", op, "] inputs on different devices: ",
-                   tensors[0].device(), " and ", t.device());
+    HEADROOM_CHECK(t.device() == tensors[0].device(), "[", op, "] inputs on different devices: ", tensors[0].device(),
+                   " and ", t.device());
 }
 
 void check_floating(const char* op, const Tensor& t, const char* what) {
-  HEADROOM_CHECK(t.is_floating_point(), "[", op, "] expected ", what,
-                 " of dtype f32 or f64, got ", t.dtype());
+  HEADROOM_CHECK(t.is_floating_point(), "[", op, "] expected ", what, " of dtype f32 or f64, got ", t.dtype());
 }
 
 void check_dtype(const char* op, const Tensor& t, DType expected, const char* what) {
-  HEADROOM_CHECK(t.dtype() == expected, "[", op, "] expected ", what, " of dtype ", expected,
-                 ", got ", t.dtype(), " with shape ", shape_str(t.shape()));
+  HEADROOM_CHECK(t.dtype() == expected, "[", op, "] expected ", what, " of dtype ", expected, ", got ", t.dtype(),
+                 " with shape ", shape_str(t.shape()));
 }
 
 void check_cpu(const char* op, const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors)
-    HEADROOM_CHECK(!t.defined() || t.device().is_cpu(), "[", op, "] has no kernel for device ",
-                   t.device(), " yet (CPU only)");
+    HEADROOM_CHECK(!t.defined() || t.device().is_cpu(), "[", op, "] has no kernel for device ", t.device(),
+                   " yet (CPU only)");
 }
 
 void copy_elements(const Tensor& src, const Tensor& dst) {
@@ -316,11 +321,11 @@ void copy_elements(const Tensor& src, const Tensor& dst) {
 void accumulate_elements(const Tensor& src, const Tensor& dst) {
   check_same_device("accumulate", {src, dst});
   HEADROOM_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype() && dst.is_floating_point(),
-                 "[accumulate] expected two floating tensors of one shape and dtype, got ", shape_str(src.shape()),
-                 " ", src.dtype(), " into ", shape_str(dst.shape()), " ", dst.dtype());
+                 "[accumulate] expected two floating tensors of one shape and dtype, got ", shape_str(src.shape()), " ",
+                 src.dtype(), " into ", shape_str(dst.shape()), " ", dst.dtype());
   for (int d = 0; d < dst.dim(); ++d)
-    HEADROOM_CHECK(dst.stride(d) != 0 || dst.size(d) == 1, "[accumulate] target of shape ",
-                   shape_str(dst.shape()), " is expanded (stride 0 in dimension ", d, ")");
+    HEADROOM_CHECK(dst.stride(d) != 0 || dst.size(d) == 1, "[accumulate] target of shape ", shape_str(dst.shape()),
+                   " is expanded (stride 0 in dimension ", d, ")");
   backend(dst.device()).accumulate(src, dst);
   dst.bump_version();
 }

@@ -39,11 +39,11 @@ struct Storage {
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
-  Strides strides;  // in elements
+  Strides strides;     // in elements
   int64_t offset = 0;  // in elements
   DType dtype = DType::f32;
-  bool requires_grad = false;  // set on leaves by the user
-  std::shared_ptr<TensorImpl> grad;  // accumulated gradient of a leaf
+  bool requires_grad = false;               // set on leaves by the user
+  std::shared_ptr<TensorImpl> grad;         // accumulated gradient of a leaf
   std::shared_ptr<autograd::Node> grad_fn;  // the op that made this tensor, if recorded
 };
 
@@ -56,8 +56,7 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
-  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32,
-                     Device device = Device::cpu());
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor scalar(double value, DType dtype = DType::f32);  // shape ()
   // [start, end) in steps of step, like numpy.arange.
   static Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32);
@@ -69,10 +68,8 @@ class Tensor {
     return from_vector(values, {static_cast<int64_t>(values.size())});
   }
   // Uniform in [low, high) and standard normal draws (rng.h documents the stream).
-  static Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::f32,
-                     double low = 0, double high = 1);
-  static Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::f32,
-                      double mean = 0, double stddev = 1);
+  static Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::f32, double low = 0, double high = 1);
+  static Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::f32, double mean = 0, double stddev = 1);
   static Tensor rand(const Shape& shape, DType dtype = DType::f32);   // default_generator()
   static Tensor randn(const Shape& shape, DType dtype = DType::f32);  // default_generator()
   // Uniform integers in [low, high), low < high, as i32, f32 or f64 values;
@@ -87,7 +84,7 @@ class Tensor {
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }
   const Strides& strides() const { return impl().strides; }
-  int64_t size(int64_t dim) const;    // negative dims count from the end
+  int64_t size(int64_t dim) const;  // negative dims count from the end
   int64_t stride(int64_t dim) const;
   int dim() const { return static_cast<int>(impl().shape.size()); }
   int64_t numel() const { return shape_numel(impl().shape); }
@@ -106,7 +103,9 @@ class Tensor {
   void* raw_data() const;  // any device
   double item() const;     // one-element tensors, any dtype, as double
   template <typename T>
-  T item() const { return static_cast<T>(item()); }
+  T item() const {
+    return static_cast<T>(item());
+  }
   // Elements in row-major logical order, converted to T.
   template <typename T>
   std::vector<T> to_vector() const;
@@ -142,7 +141,7 @@ class Tensor {
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // python semantics for negatives
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor select(int64_t dim, int64_t index) const;  // removes dim
-  Tensor expand(const Shape& shape) const;  // -1 keeps a size; stride 0 on broadcast dims
+  Tensor expand(const Shape& shape) const;          // -1 keeps a size; stride 0 on broadcast dims
   Tensor unsqueeze(int64_t dim) const;
   Tensor squeeze(int64_t dim) const;
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
@@ -191,10 +190,14 @@ void dispatch_floating(DType dtype, Fn&& fn) {
 template <typename Fn>
 void dispatch_any(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: return fn(float{});
-    case DType::f64: return fn(double{});
-    case DType::i32: return fn(int32_t{});
-    case DType::b8: return fn(uint8_t{});
+    case DType::f32:
+      return fn(float{});
+    case DType::f64:
+      return fn(double{});
+    case DType::i32:
+      return fn(int32_t{});
+    case DType::b8:
+      return fn(uint8_t{});
   }
 }
 
@@ -237,8 +240,8 @@ void for_each_offset(const Shape& shape, const Strides& strides, int64_t base, F
 
 // The same walk over two tensors of one shape: fn(offset_a, offset_b).
 template <typename Fn>
-void for_each_offset2(const Shape& shape, const Strides& strides_a, int64_t base_a,
-                      const Strides& strides_b, int64_t base_b, Fn&& fn) {
+void for_each_offset2(const Shape& shape, const Strides& strides_a, int64_t base_a, const Strides& strides_b,
+                      int64_t base_b, Fn&& fn) {
   const int nd = static_cast<int>(shape.size());
   const int64_t n = shape_numel(shape);
   if (n == 0) return;
@@ -263,8 +266,8 @@ void for_each_offset2(const Shape& shape, const Strides& strides_a, int64_t base
 
 template <typename T>
 T* Tensor::data() const {
-  HEADROOM_CHECK(dtype_of<std::remove_const_t<T>>::value == dtype(), "[data] tensor has dtype ",
-                 dtype(), " but was read as ", dtype_of<std::remove_const_t<T>>::value);
+  HEADROOM_CHECK(dtype_of<std::remove_const_t<T>>::value == dtype(), "[data] tensor has dtype ", dtype(),
+                 " but was read as ", dtype_of<std::remove_const_t<T>>::value);
   return static_cast<T*>(raw_data());
 }
 

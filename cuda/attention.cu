@@ -51,10 +51,10 @@ struct RowRange {
 
 // The small per-call tables, in one device buffer.
 struct GroupTables {
-  Tensor storage;                      // i32 on the device, holding the three below
-  const int32_t* positions = nullptr;  // [R]: query position of each row
-  const QueryTile* tiles = nullptr;    // [num_tiles], heaviest first
-  const RowRange* pair_rows = nullptr; // [B*h]: the rows of group (b, head)
+  Tensor storage;                       // i32 on the device, holding the three below
+  const int32_t* positions = nullptr;   // [R]: query position of each row
+  const QueryTile* tiles = nullptr;     // [num_tiles], heaviest first
+  const RowRange* pair_rows = nullptr;  // [B*h]: the rows of group (b, head)
   int num_tiles = 0;
 };
 
@@ -72,14 +72,15 @@ GroupTables upload_tables(const AttentionProblem& p, int tile_rows, Device devic
   HEADROOM_CHECK(rows < kLimit && p.num_keys < kLimit,
                  "[attention] CUDA kernels take fewer than 2^31 query rows and keys, got ", rows, " rows and ",
                  p.num_keys, " keys");
-  HEADROOM_CHECK(p.row_heads.empty() && !p.row_of, "[attention] CUDA kernels take one head per query group, "
+  HEADROOM_CHECK(p.row_heads.empty() && !p.row_of,
+                 "[attention] CUDA kernels take one head per query group, "
                  "rows in the caller's order");
   std::vector<QueryTile> tiles;
   std::vector<RowRange> pair_rows(p.batch * p.heads, RowRange{0, 0});
   for (const AttentionGroup& g : p.groups) {
     RowRange& range = pair_rows[g.batch * p.heads + g.head];
-    HEADROOM_CHECK(range.begin == range.end, "[attention] two query groups for (batch ", g.batch, ", head ",
-                   g.head, ")");
+    HEADROOM_CHECK(range.begin == range.end, "[attention] two query groups for (batch ", g.batch, ", head ", g.head,
+                   ")");
     range = {int32_t(g.row_begin), int32_t(g.row_end)};
     for (int64_t row0 = g.row_begin; row0 < g.row_end; row0 += tile_rows) {
       const int64_t n = std::min<int64_t>(tile_rows, g.row_end - row0);
@@ -124,10 +125,10 @@ struct Params {
   int64_t causal_offset = 0;
   const uint8_t* key_padding = nullptr;  // [B, S] on the device, or null
   double dropout = 0;
-  T kept_scale = 1;                      // 1 / (1 - dropout)
+  T kept_scale = 1;  // 1 / (1 - dropout)
   Generator generator{0};
   uint64_t dropout_first = 0;
-  const int32_t* positions = nullptr;    // [R]
+  const int32_t* positions = nullptr;  // [R]
 };
 
 template <typename T>
@@ -250,8 +251,8 @@ __device__ void row_dots(const T* lane_row, const T* warp_rows, int d, T (&dots)
 // and block [n, d] sits in shared memory with row stride `stride`: lane c
 // accumulates columns c, c + 32, ... of each of the warp's rows.
 template <typename T, int kCols>
-__device__ void accumulate_rows(T (&acc)[kRowsPerWarp][kCols], const T (&weight)[kRowsPerWarp], const T* block,
-                                int n, int stride, int d) {
+__device__ void accumulate_rows(T (&acc)[kRowsPerWarp][kCols], const T (&weight)[kRowsPerWarp], const T* block, int n,
+                                int stride, int d) {
   const int lane = threadIdx.x % kWarp;
   for (int j = 0; j < n; ++j) {
     T cols[kCols];  // block[j, lane + 32 i]
@@ -285,7 +286,7 @@ __device__ void store_row(const T (&acc)[kCols], T factor, T* dst, int d) {
 // out [R, d], lse [R]: one block per tile, warps × kRowsPerWarp rows.
 // Shared: q_tile [rows, d] | k_block [32, padded] | v_block [32, d].
 template <typename T, int kCols>
-__global__ void __launch_bounds__(kMaxWarps * kWarp)
+__global__ void __launch_bounds__(kMaxWarps* kWarp)
     forward_kernel(Params<T> p, const QueryTile* tiles, const T* q, const T* k, const T* v, T* out, T* lse) {
   const int d = p.d, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int tile_capacity = (blockDim.x / kWarp) * kRowsPerWarp;
@@ -369,7 +370,7 @@ __global__ void row_dot_kernel(const T* dout, const T* out, T* row_dot, int64_t 
 // dq [R, d]: one block per tile; dS = P ∘ (dP - D), dQ = scale · dS · K.
 // Shared: q_tile, dout_tile [rows, d] | k_block, v_block [32, padded].
 template <typename T, int kCols>
-__global__ void __launch_bounds__(kMaxWarps * kWarp)
+__global__ void __launch_bounds__(kMaxWarps* kWarp)
     dq_kernel(Params<T> p, const QueryTile* tiles, const T* q, const T* k, const T* v, const T* lse, const T* dout,
               const T* row_dot, T* dq) {
   const int d = p.d, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -448,7 +449,7 @@ __device__ int first_row_seeing(const Params<T>& p, int begin, int end, int64_t 
 // Shared: k_rows, v_rows [keys, d] | q_chunk, dout_chunk [32, padded] |
 // lse, D [32] | positions [32].
 template <typename T, int kCols>
-__global__ void __launch_bounds__(kMaxWarps * kWarp)
+__global__ void __launch_bounds__(kMaxWarps* kWarp)
     dkdv_kernel(Params<T> p, const RowRange* pair_rows, int pairs, const T* q, const T* k, const T* v, const T* lse,
                 const T* dout, const T* row_dot, T* dk_out, T* dv_out) {
   const int d = p.d, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -563,8 +564,8 @@ int warps_that_fit(Bytes&& bytes_for, int device, int64_t d) {
   HEADROOM_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   for (int warps = kMaxWarps; warps >= 1; warps /= 2)
     if (bytes_for(warps) <= size_t(limit)) return warps;
-  HEADROOM_FAIL("[attention] d_h = ", d, " needs ", bytes_for(1), " bytes of shared memory per block; device ",
-                device, " has ", limit);
+  HEADROOM_FAIL("[attention] d_h = ", d, " needs ", bytes_for(1), " bytes of shared memory per block; device ", device,
+                " has ", limit);
 }
 
 template <typename Kernel, typename... Args>
@@ -585,8 +586,8 @@ void run_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, co
   GroupTables tables = upload_tables(p, warps * kRowsPerWarp, device);
   if (tables.num_tiles == 0) return;
   launch(forward_kernel<T, kCols>, "attention forward_kernel", unsigned(tables.num_tiles), warps, bytes(warps),
-         device.index, make_params<T>(p, tables), tables.tiles, q.data<T>(), k.data<T>(), v.data<T>(),
-         out.data<T>(), lse.data<T>());
+         device.index, make_params<T>(p, tables), tables.tiles, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
+         lse.data<T>());
 }
 
 template <typename T, int kCols>
@@ -594,9 +595,7 @@ void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, c
                   const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const Device device = q.device();
   const int64_t d = p.d_h, padded = padded_stride(d), rows = q.size(0);
-  auto dq_bytes = [&](int warps) {
-    return size_t(2 * warps * kRowsPerWarp * d + 2 * kKeyBlock * padded) * sizeof(T);
-  };
+  auto dq_bytes = [&](int warps) { return size_t(2 * warps * kRowsPerWarp * d + 2 * kKeyBlock * padded) * sizeof(T); };
   auto dkdv_bytes = [&](int warps) {
     return size_t(2 * warps * kRowsPerWarp * d + 2 * kRowChunk * padded + 2 * kRowChunk) * sizeof(T) +
            kRowChunk * sizeof(int32_t);
@@ -615,15 +614,15 @@ void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, c
   }
   if (tables.num_tiles > 0)
     launch(dq_kernel<T, kCols>, "attention dq_kernel", unsigned(tables.num_tiles), dq_warps, dq_bytes(dq_warps),
-           device.index, params, tables.tiles, q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(),
-           dout.data<T>(), row_dot.data<T>(), dq.data<T>());
+           device.index, params, tables.tiles, q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(), dout.data<T>(),
+           row_dot.data<T>(), dq.data<T>());
 
   // dK/dV over every (b, head) pair, also those without query rows (they write 0).
   const int64_t pairs = p.batch * p.heads, block_keys = dkdv_warps * kRowsPerWarp;
   const int64_t key_blocks = (p.num_keys + block_keys - 1) / block_keys;
   if (pairs * key_blocks == 0) return;
-  HEADROOM_CHECK(pairs * key_blocks < (int64_t(1) << 31), "[attention] too many (key block, head) pairs: ",
-                 pairs * key_blocks);
+  HEADROOM_CHECK(pairs * key_blocks < (int64_t(1) << 31),
+                 "[attention] too many (key block, head) pairs: ", pairs * key_blocks);
   const bool shared_kv = p.kv_heads != p.heads;
   Tensor partial_k, partial_v;  // [B, h, S, d]: per-head gradients of the shared K/V head
   if (shared_kv) {
@@ -655,14 +654,12 @@ struct CudaAttentionKernels final : kernels::AttentionKernels {
   }
 
   void backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                const Tensor& dv) override {
+                const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
     DeviceGuard guard(q.device().index);
     dispatch_floating(q.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      with_columns(p.d_h, [&](auto cols) {
-        run_backward<T, decltype(cols)::value>(p, q, k, v, out, lse, dout, dq, dk, dv);
-      });
+      with_columns(p.d_h,
+                   [&](auto cols) { run_backward<T, decltype(cols)::value>(p, q, k, v, out, lse, dout, dq, dk, dv); });
     });
   }
 };

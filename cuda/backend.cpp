@@ -42,8 +42,8 @@ std::mutex& state_mutex() {
 
 DeviceState& device_state(int device) {
   static std::vector<DeviceState> states(std::max(device_count(), 1));
-  HEADROOM_CHECK(device >= 0 && device < device_count(), "[cuda] no device cuda:", device, " (",
-                 device_count(), " CUDA devices present)");
+  HEADROOM_CHECK(device >= 0 && device < device_count(), "[cuda] no device cuda:", device, " (", device_count(),
+                 " CUDA devices present)");
   std::lock_guard<std::mutex> lock(state_mutex());
   DeviceState& s = states[device];
   if (!s.stream) {
@@ -162,9 +162,9 @@ class CudaBackend final : public Backend {
     cudaGetLastError();
     size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
-    HEADROOM_FAIL("[cuda] out of memory: tried to allocate ", mib(nbytes), " on cuda:", device,
-                  "; device total ", mib(total_bytes), "; in use by headroom ", mib(active_),
-                  "; cached ", mib(cached_), "; free (cudaMemGetInfo) ", mib(free_bytes));
+    HEADROOM_FAIL("[cuda] out of memory: tried to allocate ", mib(nbytes), " on cuda:", device, "; device total ",
+                  mib(total_bytes), "; in use by headroom ", mib(active_), "; cached ", mib(cached_),
+                  "; free (cudaMemGetInfo) ", mib(free_bytes));
   }
 
   // Caller holds mutex_.  Waits for queued kernels first: a cached block may

@@ -15,14 +15,14 @@
 namespace headroom::cuda {
 namespace {
 
+using elementwise::with_binary;
+using elementwise::with_compare;
+using elementwise::with_unary;
 using kernels::BinaryOp;
 using kernels::CompareOp;
 using kernels::LogicalOp;
 using kernels::UnaryArgs;
 using kernels::UnaryOp;
-using elementwise::with_binary;
-using elementwise::with_compare;
-using elementwise::with_unary;
 
 // ---- operands: a data pointer and a layout over the output's shape -------------------
 
@@ -83,8 +83,8 @@ void map_elements(const char* name, Fn fn, const Tensor& out, const Tensors&... 
   if (n == 0) return;
   const int device = out.device().index;
   DeviceGuard guard(device);
-  map_kernel<Out, Fn, In...><<<capped_grid(n), kThreads, 0, stream(device)>>>(fn, out.data<Out>(), n,
-                                                                      operand<In>(in, out.shape(), name)...);
+  map_kernel<Out, Fn, In...>
+      <<<capped_grid(n), kThreads, 0, stream(device)>>>(fn, out.data<Out>(), n, operand<In>(in, out.shape(), name)...);
   check_launch(name);
 }
 
@@ -92,31 +92,46 @@ void map_elements(const char* name, Fn fn, const Tensor& out, const Tensors&... 
 template <typename F>
 struct BinaryValue {
   F f;
-  template <typename T> __device__ T operator()(T a, T b) const { return f(a, b); }
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return f(a, b);
+  }
 };
 
 template <typename F>
 struct BinaryGradA {
   F f;
-  template <typename T> __device__ T operator()(T a, T b, T g) const { return g * f.da(a, b); }
+  template <typename T>
+  __device__ T operator()(T a, T b, T g) const {
+    return g * f.da(a, b);
+  }
 };
 
 template <typename F>
 struct BinaryGradB {
   F f;
-  template <typename T> __device__ T operator()(T a, T b, T g) const { return g * f.db(a, b); }
+  template <typename T>
+  __device__ T operator()(T a, T b, T g) const {
+    return g * f.db(a, b);
+  }
 };
 
 template <typename F>
 struct UnaryValue {
   F f;
-  template <typename T> __device__ T operator()(T x) const { return f(x); }
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return f(x);
+  }
 };
 
 template <typename F>
 struct UnaryGrad {
   F f;
-  template <typename T> __device__ T operator()(T x, T g) const { return g * f.grad(x); }
+  template <typename T>
+  __device__ T operator()(T x, T g) const {
+    return g * f.grad(x);
+  }
 };
 
 // ---- masks (the comparisons are in ops/kernels/elementwise_math.h) -----------------------------------
@@ -131,7 +146,10 @@ struct LogicalNot {
 };
 
 struct Select {
-  template <typename T> __device__ T operator()(uint8_t mask, T a, T b) const { return mask ? a : b; }
+  template <typename T>
+  __device__ T operator()(uint8_t mask, T a, T b) const {
+    return mask ? a : b;
+  }
 };
 
 // ---- the interface --------------------------------------------------------------------------

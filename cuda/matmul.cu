@@ -52,9 +52,7 @@ std::vector<StridedRun> strided_runs(const std::vector<int64_t>& a, const std::v
     StridedRun run;
     run.first = i;
     if (i + 1 < batch) run.a_stride = a[i + 1] - a[i], run.b_stride = b[i + 1] - b[i];
-    auto continues = [&](int64_t j) {
-      return a[j] - a[j - 1] == run.a_stride && b[j] - b[j - 1] == run.b_stride;
-    };
+    auto continues = [&](int64_t j) { return a[j] - a[j - 1] == run.a_stride && b[j] - b[j - 1] == run.b_stride; };
     while (i + run.count < batch && run.count < std::numeric_limits<int>::max() && continues(i + run.count))
       ++run.count;
     runs.push_back(run);
@@ -78,17 +76,17 @@ void row_major_gemm(int device, int64_t m, int64_t n, int64_t k, const T* a, con
                     const T* b, const kernels::MatrixLayout& lb, T* c, const StridedRun& run, T beta) {
   constexpr bool f32 = std::is_same<T, float>::value;
   const cudaDataType_t type = f32 ? CUDA_R_32F : CUDA_R_64F;
-  const cublasComputeType_t compute = !f32             ? CUBLAS_COMPUTE_64F
+  const cublasComputeType_t compute = !f32           ? CUBLAS_COMPUTE_64F
                                       : allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                       : CUBLAS_COMPUTE_32F;
+                                                     : CUBLAS_COMPUTE_32F;
   const T alpha = 1;
-  HEADROOM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      cublas(device), lb.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, la.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-      blas_int(n), blas_int(m), blas_int(k), &alpha,  //
-      b, type, blas_int(lb.ld), run.b_stride,         // first operand: Bᵀ
-      a, type, blas_int(la.ld), run.a_stride,         // second operand: Aᵀ
-      &beta, c, type, blas_int(n), m * n,             // Cᵀ
-      static_cast<int>(run.count), compute, CUBLAS_GEMM_DEFAULT));
+  HEADROOM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(cublas(device), lb.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                   la.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(n), blas_int(m),
+                                                   blas_int(k), &alpha,                     //
+                                                   b, type, blas_int(lb.ld), run.b_stride,  // first operand: Bᵀ
+                                                   a, type, blas_int(la.ld), run.a_stride,  // second operand: Aᵀ
+                                                   &beta, c, type, blas_int(n), m * n,      // Cᵀ
+                                                   static_cast<int>(run.count), compute, CUBLAS_GEMM_DEFAULT));
 }
 
 struct CudaMatmulKernels final : kernels::MatmulKernels {
@@ -101,8 +99,7 @@ struct CudaMatmulKernels final : kernels::MatmulKernels {
     DeviceGuard guard(device);
     // c starts at the bias on every row, and the GEMM accumulates onto it
     // (beta = 1); without a bias, an empty sum (k = 0) leaves zeros.
-    if (bias.defined())
-      copy_elements(bias, make_view(c, {batch * m, n}, {n, 1}, c.offset()));
+    if (bias.defined()) copy_elements(bias, make_view(c, {batch * m, n}, {n, 1}, c.offset()));
     else if (k == 0)
       HEADROOM_CUDA_CHECK(
           cudaMemsetAsync(c.raw_data(), 0, size_t(batch * m * n) * dtype_size(c.dtype()), stream(device)));
@@ -112,8 +109,8 @@ struct CudaMatmulKernels final : kernels::MatmulKernels {
       using T = decltype(zero);
       const T beta = bias.defined() ? T(1) : T(0);
       for (const StridedRun& run : runs)
-        row_major_gemm<T>(device, m, n, k, a.data<T>() + a_offsets[run.first], la,
-                          b.data<T>() + b_offsets[run.first], lb, c.data<T>() + run.first * m * n, run, beta);
+        row_major_gemm<T>(device, m, n, k, a.data<T>() + a_offsets[run.first], la, b.data<T>() + b_offsets[run.first],
+                          lb, c.data<T>() + run.first * m * n, run, beta);
     });
   }
 
@@ -124,13 +121,11 @@ struct CudaMatmulKernels final : kernels::MatmulKernels {
     const int device = out.device().index;
     DeviceGuard guard(device);
     const int64_t chunks = std::max<int64_t>(1, (rows + kRowsPerChunk - 1) / kRowsPerChunk);
-    Tensor partial =
-        chunks == 1 ? out : Tensor::empty({chunks, cols}, g.dtype(), g.device());  // [chunks, cols]
+    Tensor partial = chunks == 1 ? out : Tensor::empty({chunks, cols}, g.dtype(), g.device());  // [chunks, cols]
     const dim3 grid(unsigned(chunks), grid_for(cols));
     dispatch_floating(g.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      column_sums_kernel<T>
-          <<<grid, kThreads, 0, stream(device)>>>(g.data<T>(), partial.data<T>(), rows, cols);
+      column_sums_kernel<T><<<grid, kThreads, 0, stream(device)>>>(g.data<T>(), partial.data<T>(), rows, cols);
     });
     check_launch("column_sums_kernel");
     if (chunks > 1) sum_rows(partial, out, chunks, cols);

@@ -46,8 +46,7 @@ struct Max {  // as the CPU's max_of: NaN never wins a comparison
 template <typename T, typename Op>
 __device__ T block_reduce(T value, Op op, T identity) {
   __shared__ T partial[kWarp];
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    value = op(value, __shfl_down_sync(0xffffffffu, value, offset));
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) value = op(value, __shfl_down_sync(0xffffffffu, value, offset));
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (lane == 0) partial[warp] = value;
   __syncthreads();
@@ -97,9 +96,8 @@ unsigned row_threads(int64_t n) {
 
 unsigned row_grid(int64_t rows) { return unsigned(std::min<int64_t>(rows, kMaxGridStrideBlocks)); }
 
-#define HEADROOM_GRID_STRIDE(i, n)                                          \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
-       i += int64_t(gridDim.x) * blockDim.x)
+#define HEADROOM_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 // ---- softmax / log_softmax ---------------------------------------------------------
 
@@ -128,8 +126,7 @@ __global__ void softmax_forward_kernel(const T* x, T* y, int64_t rows, int64_t n
 //   softmax:      dx = y * (dy - sum(dy * y))
 //   log_softmax:  dx = dy - exp(y) * sum(dy)
 template <typename T>
-__global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t rows, int64_t n,
-                                        bool log_out) {
+__global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, bool log_out) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* yr = y + r * n;  // [n]
     const T* gr = dy + r * n;
@@ -148,8 +145,8 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t 
 
 // One block per row.   x, y: [rows, d]   weight, bias: [d] or null   mean, rstd: [rows]
 template <typename T>
-__global__ void norm_forward_kernel(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd,
-                                    int64_t rows, int64_t d, double eps, bool center) {
+__global__ void norm_forward_kernel(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t rows,
+                                    int64_t d, double eps, bool center) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * d;  // [d]
     T* yr = y + r * d;
@@ -171,8 +168,8 @@ __global__ void norm_forward_kernel(const T* x, const T* weight, const T* bias, 
 //   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
 // (rms_norm drops the mean(gw) term, as its forward subtracts no mean).
 template <typename T>
-__global__ void norm_backward_dx_kernel(const T* x, const T* weight, const T* mean, const T* rstd,
-                                        const T* dy, T* dx, int64_t rows, int64_t d, bool center) {
+__global__ void norm_backward_dx_kernel(const T* x, const T* weight, const T* mean, const T* rstd, const T* dy, T* dx,
+                                        int64_t rows, int64_t d, bool center) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * d;  // [d]
     const T* gr = dy + r * d;
@@ -191,8 +188,8 @@ __global__ void norm_backward_dx_kernel(const T* x, const T* weight, const T* me
 //   partial_w[c, j] = sum over rows r of chunk c of dy[r, j] * xhat[r, j]
 //   partial_b[c, j] = sum over rows r of chunk c of dy[r, j]
 template <typename T>
-__global__ void norm_param_partials_kernel(const T* x, const T* mean, const T* rstd, const T* dy,
-                                           T* partial_w, T* partial_b, int64_t rows, int64_t d) {
+__global__ void norm_param_partials_kernel(const T* x, const T* mean, const T* rstd, const T* dy, T* partial_w,
+                                           T* partial_b, int64_t rows, int64_t d) {
   const int64_t c = blockIdx.x;
   const int64_t j = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (j >= d) return;
@@ -211,8 +208,7 @@ __global__ void norm_param_partials_kernel(const T* x, const T* mean, const T* r
 
 // The CPU's dropout_apply element for element: the same draw, the same comparison.
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, int64_t n, uint64_t seed, uint64_t first, double p,
-                               T scale) {
+__global__ void dropout_kernel(const T* x, T* y, int64_t n, uint64_t seed, uint64_t first, double p, T scale) {
   const Generator gen(seed);
   HEADROOM_GRID_STRIDE(i, n) {
     const bool keep = gen.uniform_at(first + uint64_t(i)) >= p;
@@ -224,8 +220,7 @@ __global__ void dropout_kernel(const T* x, T* y, int64_t n, uint64_t seed, uint6
 
 // out[i, j] = weight[indices[i], j].   weight: [V, d]   indices: [count]   out: [count, d]
 template <typename T>
-__global__ void embedding_forward_kernel(const T* weight, const int32_t* indices, T* out, int64_t count,
-                                         int64_t d) {
+__global__ void embedding_forward_kernel(const T* weight, const int32_t* indices, T* out, int64_t count, int64_t d) {
   HEADROOM_GRID_STRIDE(i, count * d) out[i] = weight[int64_t(indices[i / d]) * d + i % d];
 }
 
@@ -247,16 +242,14 @@ __global__ void embedding_backward_kernel(const int32_t* order, const int32_t* s
 // One block per row.   logits: [rows, classes]   targets, lse, row_loss: [rows]
 //   loss = (1 - s) * (lse - logit[target]) + s * (lse - mean(logits)),  0 when ignored
 template <typename T>
-__global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* targets, T* lse, T* row_loss,
-                                             int64_t rows, int64_t classes, int64_t ignore_index,
-                                             double smoothing) {
+__global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* targets, T* lse, T* row_loss, int64_t rows,
+                                             int64_t classes, int64_t ignore_index, double smoothing) {
   const T s = T(smoothing);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = logits + r * classes;  // [classes]
     const T lse_r = block_logsumexp(xr, classes);
     // mean over classes of -log p[c] = lse - mean(x); skipped when unused.
-    const T smooth =
-        s != T(0) ? lse_r - block_sum<T>(classes, [&](int64_t c) { return xr[c]; }) / T(classes) : T(0);
+    const T smooth = s != T(0) ? lse_r - block_sum<T>(classes, [&](int64_t c) { return xr[c]; }) / T(classes) : T(0);
     if (threadIdx.x != 0) continue;
     lse[r] = lse_r;
     const int32_t target = targets[r];
@@ -268,10 +261,9 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int32_t* tar
 //   g * (softmax - (1 - s) * onehot(target) - s / classes),
 // with g = row_grad[r] * grad_scale (row_grad[0] when broadcast).
 template <typename T>
-__global__ void cross_entropy_backward_kernel(const T* logits, const int32_t* targets, const T* lse,
-                                              const T* row_grad, bool broadcast_grad, double grad_scale,
-                                              T* dlogits, int64_t rows, int64_t classes, int64_t ignore_index,
-                                              double smoothing) {
+__global__ void cross_entropy_backward_kernel(const T* logits, const int32_t* targets, const T* lse, const T* row_grad,
+                                              bool broadcast_grad, double grad_scale, T* dlogits, int64_t rows,
+                                              int64_t classes, int64_t ignore_index, double smoothing) {
   const T s = T(smoothing);
   const T uniform_share = s / T(classes);
   HEADROOM_GRID_STRIDE(i, rows * classes) {
@@ -330,21 +322,19 @@ struct CudaNnKernels final : kernels::NnKernels {
     });
   }
 
-  void norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
-                    const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t d, double eps,
-                    bool center) override {
+  void norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y, const Tensor& mean,
+                    const Tensor& rstd, int64_t rows, int64_t d, double eps, bool center) override {
     if (rows == 0) return;
     on_device_of(x, "norm_forward_kernel", [&](auto zero, cudaStream_t s) {
       using T = decltype(zero);
-      norm_forward_kernel<T><<<row_grid(rows), row_threads(d), 0, s>>>(ptr<T>(x), ptr<T>(weight),
-                                                                       ptr<T>(bias), ptr<T>(y), ptr<T>(mean),
-                                                                       ptr<T>(rstd), rows, d, eps, center);
+      norm_forward_kernel<T><<<row_grid(rows), row_threads(d), 0, s>>>(
+          ptr<T>(x), ptr<T>(weight), ptr<T>(bias), ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), rows, d, eps, center);
     });
   }
 
-  void norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                     const Tensor& dy, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                     int64_t rows, int64_t d, bool center) override {
+  void norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& dy,
+                     const Tensor& dx, const Tensor& dweight, const Tensor& dbias, int64_t rows, int64_t d,
+                     bool center) override {
     if (dx.defined() && rows > 0) {
       on_device_of(x, "norm_backward_dx_kernel", [&](auto zero, cudaStream_t s) {
         using T = decltype(zero);
@@ -360,8 +350,7 @@ struct CudaNnKernels final : kernels::NnKernels {
     if (n == 0) return;
     on_device_of(x, "dropout_kernel", [&](auto zero, cudaStream_t s) {
       using T = decltype(zero);
-      dropout_kernel<T>
-          <<<capped_grid(n), kThreads, 0, s>>>(ptr<T>(x), ptr<T>(y), n, seed, first, p, T(scale));
+      dropout_kernel<T><<<capped_grid(n), kThreads, 0, s>>>(ptr<T>(x), ptr<T>(y), n, seed, first, p, T(scale));
     });
   }
 
@@ -370,13 +359,13 @@ struct CudaNnKernels final : kernels::NnKernels {
     if (count * d == 0) return;
     on_device_of(weight, "embedding_forward_kernel", [&](auto zero, cudaStream_t s) {
       using T = decltype(zero);
-      embedding_forward_kernel<T><<<capped_grid(count * d), kThreads, 0, s>>>(
-          ptr<T>(weight), ptr<int32_t>(indices), ptr<T>(out), count, d);
+      embedding_forward_kernel<T>
+          <<<capped_grid(count * d), kThreads, 0, s>>>(ptr<T>(weight), ptr<int32_t>(indices), ptr<T>(out), count, d);
     });
   }
 
-  void embedding_backward(const Tensor& order, const Tensor& segment_start, const Tensor& segment_row,
-                          const Tensor& dy, const Tensor& dweight, int64_t segments, int64_t d) override {
+  void embedding_backward(const Tensor& order, const Tensor& segment_start, const Tensor& segment_row, const Tensor& dy,
+                          const Tensor& dweight, int64_t segments, int64_t d) override {
     if (segments == 0 || d == 0) return;
     HEADROOM_CHECK(segments <= std::numeric_limits<int32_t>::max(),
                    "[embedding] too many distinct indices: ", segments);
@@ -384,26 +373,23 @@ struct CudaNnKernels final : kernels::NnKernels {
     on_device_of(dy, "embedding_backward_kernel", [&](auto zero, cudaStream_t s) {
       using T = decltype(zero);
       embedding_backward_kernel<T><<<grid, kThreads, 0, s>>>(ptr<int32_t>(order), ptr<int32_t>(segment_start),
-                                                             ptr<int32_t>(segment_row), ptr<T>(dy),
-                                                             ptr<T>(dweight), d);
+                                                             ptr<int32_t>(segment_row), ptr<T>(dy), ptr<T>(dweight), d);
     });
   }
 
-  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                             const Tensor& row_loss, int64_t rows, int64_t classes, int64_t ignore_index,
-                             double smoothing) override {
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& row_loss,
+                             int64_t rows, int64_t classes, int64_t ignore_index, double smoothing) override {
     if (rows == 0) return;
     on_device_of(logits, "cross_entropy_forward_kernel", [&](auto zero, cudaStream_t s) {
       using T = decltype(zero);
       cross_entropy_forward_kernel<T><<<row_grid(rows), row_threads(classes), 0, s>>>(
-          ptr<T>(logits), ptr<int32_t>(targets), ptr<T>(lse), ptr<T>(row_loss), rows, classes, ignore_index,
-          smoothing);
+          ptr<T>(logits), ptr<int32_t>(targets), ptr<T>(lse), ptr<T>(row_loss), rows, classes, ignore_index, smoothing);
     });
   }
 
-  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              const Tensor& row_grad, double grad_scale, const Tensor& dlogits, int64_t rows,
-                              int64_t classes, int64_t ignore_index, double smoothing) override {
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& row_grad,
+                              double grad_scale, const Tensor& dlogits, int64_t rows, int64_t classes,
+                              int64_t ignore_index, double smoothing) override {
     if (rows * classes == 0) return;
     const bool broadcast_grad = row_grad.numel() == 1;
     on_device_of(logits, "cross_entropy_backward_kernel", [&](auto zero, cudaStream_t s) {
@@ -435,8 +421,8 @@ struct CudaNnKernels final : kernels::NnKernels {
       const dim3 grid(unsigned(chunks), grid_for(d));
       on_device_of(x, "norm_param_partials_kernel", [&](auto zero, cudaStream_t s) {
         using T = decltype(zero);
-        norm_param_partials_kernel<T><<<grid, kThreads, 0, s>>>(
-            ptr<T>(x), ptr<T>(mean), ptr<T>(rstd), ptr<T>(dy), ptr<T>(partial_w), ptr<T>(partial_b), rows, d);
+        norm_param_partials_kernel<T><<<grid, kThreads, 0, s>>>(ptr<T>(x), ptr<T>(mean), ptr<T>(rstd), ptr<T>(dy),
+                                                                ptr<T>(partial_w), ptr<T>(partial_b), rows, d);
       });
     }
     if (dweight.defined()) matmul_kernels().sum_rows(partial_w, dweight, chunks, d);

@@ -210,8 +210,8 @@ struct CudaReduceKernels final : kernels::ReduceKernels {
     DeviceGuard guard(device);
     dispatch_floating(g.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      scatter_kernel<T><<<capped_grid(total), kThreads, 0, stream(device)>>>(
-          g.data<T>(), indices.data<int32_t>(), dims, grad.data<T>());
+      scatter_kernel<T><<<capped_grid(total), kThreads, 0, stream(device)>>>(g.data<T>(), indices.data<int32_t>(), dims,
+                                                                             grad.data<T>());
     });
     check_launch("scatter_to_indices");
   }

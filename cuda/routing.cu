@@ -55,7 +55,7 @@ struct IndexError {  // found == 0: no bad index since the host last cleared it
   long long found, use, value, position, limit, group;
 };
 
-struct IndexCheckState {  // on the device
+struct IndexCheckState {         // on the device
   unsigned long long first_bad;  // the lowest bad position of the running check
   IndexError error;              // sticky: the first error found
 };
@@ -70,11 +70,10 @@ struct IndexErrorSlot {
 std::string index_error_message(const IndexError& e, int device) {
   std::ostringstream os;
   if (e.use == static_cast<long long>(IndexUse::route_segment))
-    os << "[route] index " << e.value << " of token " << e.position / e.group << " is outside [0, " << e.limit
-       << ")";
+    os << "[route] index " << e.value << " of token " << e.position / e.group << " is outside [0, " << e.limit << ")";
   else if (e.use == static_cast<long long>(IndexUse::put_column))
-    os << "[put_along_rows] index " << e.value << " at position " << e.position << " is outside [0, n = "
-       << e.limit << ")";
+    os << "[put_along_rows] index " << e.value << " at position " << e.position << " is outside [0, n = " << e.limit
+       << ")";
   else
     os << "[index_select] index " << e.value << " at position " << e.position
        << " is out of range for a dimension of size " << e.limit;
@@ -312,8 +311,7 @@ __global__ void take_along_rows_kernel(const T* src, const int32_t* index, int64
 // dst[row, index[row, j]] += src[row, j]: one thread per row, j ascending, so
 // repeated indices add in a fixed order and no two threads meet.
 template <typename T>
-__global__ void put_along_rows_kernel(const T* src, const int32_t* index, int64_t n, int64_t k, int64_t rows,
-                                      T* dst) {
+__global__ void put_along_rows_kernel(const T* src, const int32_t* index, int64_t n, int64_t k, int64_t rows, T* dst) {
   for (int64_t row = thread_index(); row < rows; row += thread_count())
     for (int64_t j = 0; j < k; ++j) dst[row * n + index[row * k + j]] += src[row * k + j];
 }
@@ -462,9 +460,8 @@ __global__ void __launch_bounds__(kGemmThreads)
   __shared__ StepTile<T> a, b;
   T acc[kPerThread][kPerThread] = {};
   for (int64_t k0 = 0; k0 < depth; k0 += kStep) {
-    load_step_tile<true>(a, [&](int kk, int m) {
-      return m < rows && k0 + kk < depth ? x.row(row0 + m)[k0 + kk] : T(0);
-    });
+    load_step_tile<true>(a,
+                         [&](int kk, int m) { return m < rows && k0 + kk < depth ? x.row(row0 + m)[k0 + kk] : T(0); });
     if (transpose_w)  // b[kk][n] = w[e][col0 + n][k0 + kk]
       load_step_tile<true>(b, [&](int kk, int n) {
         return col0 + n < cols && k0 + kk < depth ? we[(col0 + n) * depth + k0 + kk] : T(0);
@@ -508,16 +505,14 @@ __global__ void __launch_bounds__(kGemmThreads)
 // Grid dimensions y and z are limited to 65535 blocks.
 unsigned tiles_of(int64_t size, const char* op) {
   const int64_t tiles = ceil_div(size, kTile);
-  HEADROOM_CHECK(tiles <= 65535, "[", op, "] CUDA kernel supports matrix widths up to ", 65535 * kTile, ", got ",
-                 size);
+  HEADROOM_CHECK(tiles <= 65535, "[", op, "] CUDA kernel supports matrix widths up to ", 65535 * kTile, ", got ", size);
   return unsigned(tiles < 1 ? 1 : tiles);
 }
 
 // ---- the interface -----------------------------------------------------------------
 
 struct CudaRoutingKernels final : kernels::RoutingKernels {
-  void check_indices(const Tensor& indices, int64_t limit, IndexUse use, int64_t group,
-                     const Tensor& safe) override {
+  void check_indices(const Tensor& indices, int64_t limit, IndexUse use, int64_t group, const Tensor& safe) override {
     const int device = indices.device().index;
     DeviceGuard guard(device);
     std::lock_guard<std::mutex> lock(index_error_mutex());
@@ -527,11 +522,11 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
     if (n == 0) return;
     cudaStream_t s = stream(device);
     HEADROOM_CUDA_CHECK(cudaMemsetAsync(&slot.device_state->first_bad, 0xff, sizeof(unsigned long long), s));
-    check_indices_kernel<<<capped_grid(n), kThreads, 0, s>>>(indices.data<int32_t>(), n, limit,
-                                                             safe.data<int32_t>(), &slot.device_state->first_bad);
+    check_indices_kernel<<<capped_grid(n), kThreads, 0, s>>>(indices.data<int32_t>(), n, limit, safe.data<int32_t>(),
+                                                             &slot.device_state->first_bad);
     check_launch("check_indices_kernel");
     record_index_error<<<1, 1, 0, s>>>(indices.data<int32_t>(), n, slot.device_state, static_cast<long long>(use),
-                                      limit, group);
+                                       limit, group);
     check_launch("record_index_error");
     HEADROOM_CUDA_CHECK(
         cudaMemcpyAsync(slot.host_copy, &slot.device_state->error, sizeof(IndexError), cudaMemcpyDeviceToHost, s));
@@ -539,8 +534,8 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
     slot.pending = true;
   }
 
-  void route(const Tensor& chosen, int64_t segments, const Tensor& offsets, const Tensor& order,
-             const Tensor& position, const Tensor& segment, const Tensor& counts) override {
+  void route(const Tensor& chosen, int64_t segments, const Tensor& offsets, const Tensor& order, const Tensor& position,
+             const Tensor& segment, const Tensor& counts) override {
     const int64_t pairs = chosen.numel();
     const int device = chosen.device().index;
     DeviceGuard guard(device);
@@ -567,7 +562,7 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
     dispatch_floating(x.dtype(), [&](auto zero) {
       using T = decltype(zero);
       topk_kernel<T><<<capped_grid(rows * kWarp), kThreads, 0, stream(device)>>>(x.data<T>(), rows, n, k,
-                                                                               indices.data<int32_t>());
+                                                                                 indices.data<int32_t>());
     });
     check_launch("topk_kernel");
   }
@@ -577,8 +572,8 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
     // One thread per picked element.
     launch_floating(src, rows * k, "take_along_rows_kernel", [&](auto zero, unsigned grid, cudaStream_t s) {
       using T = decltype(zero);
-      take_along_rows_kernel<T><<<grid, kThreads, 0, s>>>(src.data<T>(), index.data<int32_t>(), n, k, rows * k,
-                                                           out.data<T>());
+      take_along_rows_kernel<T>
+          <<<grid, kThreads, 0, s>>>(src.data<T>(), index.data<int32_t>(), n, k, rows * k, out.data<T>());
     });
   }
 
@@ -587,8 +582,8 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
     // One thread per row: repeated indices add in order.
     launch_floating(src, k > 0 ? rows : 0, "put_along_rows_kernel", [&](auto zero, unsigned grid, cudaStream_t s) {
       using T = decltype(zero);
-      put_along_rows_kernel<T><<<grid, kThreads, 0, s>>>(src.data<T>(), index.data<int32_t>(), n, k, rows,
-                                                         dst.data<T>());
+      put_along_rows_kernel<T>
+          <<<grid, kThreads, 0, s>>>(src.data<T>(), index.data<int32_t>(), n, k, rows, dst.data<T>());
     });
   }
 
@@ -609,8 +604,8 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
     check_launch("gather_rows_kernel");
   }
 
-  void sum_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor& starts, int64_t group,
-                const Tensor& row, const Tensor& weight, int64_t dests, const Tensor& out) override {
+  void sum_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor& starts, int64_t group, const Tensor& row,
+                const Tensor& weight, int64_t dests, const Tensor& out) override {
     const int64_t total = outer * dests * width;
     if (total == 0) return;
     const int device = src.device().index;

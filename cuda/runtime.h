@@ -13,17 +13,17 @@
 
 // HEADROOM_CUDA_CHECK(cudaMemcpy(...)): throws headroom::Error with the
 // expression, the CUDA error string and file:line when the call fails.
-#define HEADROOM_CUDA_CHECK(expr)                                                        \
-  do {                                                                                   \
-    cudaError_t headroom_status_ = (expr);                                               \
-    if (headroom_status_ != cudaSuccess)                                                 \
+#define HEADROOM_CUDA_CHECK(expr)                                                         \
+  do {                                                                                    \
+    cudaError_t headroom_status_ = (expr);                                                \
+    if (headroom_status_ != cudaSuccess)                                                  \
       HEADROOM_FAIL("[cuda] ", #expr, " failed: ", cudaGetErrorString(headroom_status_)); \
   } while (0)
 
-#define HEADROOM_CUBLAS_CHECK(expr)                                                          \
-  do {                                                                                       \
-    cublasStatus_t headroom_status_ = (expr);                                                \
-    if (headroom_status_ != CUBLAS_STATUS_SUCCESS)                                           \
+#define HEADROOM_CUBLAS_CHECK(expr)                                                            \
+  do {                                                                                         \
+    cublasStatus_t headroom_status_ = (expr);                                                  \
+    if (headroom_status_ != CUBLAS_STATUS_SUCCESS)                                             \
       HEADROOM_FAIL("[cublas] ", #expr, " failed: ", cublasGetStatusString(headroom_status_)); \
   } while (0)
 

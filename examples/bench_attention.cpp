@@ -113,7 +113,10 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
   auto moa = std::make_shared<MoAAttention>(MoAConfig{d, 8, 2, 64}, gen);
   // A zero-initialised router sends every token to experts 0 and 1; a random
   // one spreads the load as a trained router would.
-  { NoGradGuard g; moa->router->weight.copy_(Tensor::randn(moa->router->weight.shape(), gen) * 0.5); }
+  {
+    NoGradGuard g;
+    moa->router->weight.copy_(Tensor::randn(moa->router->weight.shape(), gen) * 0.5);
+  }
   list.push_back({"MoA E=8 k=2 d_h=64", moa,
                   [moa](const AttentionInput& in) {
                     NoGradGuard g;
@@ -132,23 +135,25 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
     config.routed_k = routed_k;
     auto moh = std::make_shared<MoHAttention>(config, gen);
     char name[64];
-    std::snprintf(name, sizeof name, "MoH h_s=2 K_r=%lld (ρ=%.2f)", (long long)routed_k, double(2 + routed_k) / double(h));
-    list.push_back({name, moh,
-                    [moh](const AttentionInput& in) {
-                      NoGradGuard g;
-                      return max_difference(moh->forward(in).out, moh->forward_dense_reference(in).out);
-                    },
-                    [moh](const Tensor& x) {  // the learned router of methods.md §3.3 as the layer runs it: one GEMM
-                      // over the three concatenated router matrices, softmaxes, top-k, plan
-                      Tensor rows = x.reshape({-1, x.size(-1)});
-                      const int64_t routed = moh->routed_heads(), shared = moh->moh_config.shared_heads;
-                      Tensor logits = linear(rows, cat({moh->router_routed->weight, moh->router_shared->weight,
-                                                        moh->router_mix->weight}, 0));
-                      TopK top = topk(softmax(logits.narrow(1, 0, routed), -1), moh->moh_config.routed_k);
-                      softmax(logits.narrow(1, routed, shared), -1);
-                      softmax(logits.narrow(1, routed + shared, 2), -1);
-                      route(top.indices, moh->config.heads);
-                    }});
+    std::snprintf(name, sizeof name, "MoH h_s=2 K_r=%lld (ρ=%.2f)", (long long)routed_k,
+                  double(2 + routed_k) / double(h));
+    list.push_back(
+        {name, moh,
+         [moh](const AttentionInput& in) {
+           NoGradGuard g;
+           return max_difference(moh->forward(in).out, moh->forward_dense_reference(in).out);
+         },
+         [moh](const Tensor& x) {  // the learned router of methods.md §3.3 as the layer runs it: one GEMM
+           // over the three concatenated router matrices, softmaxes, top-k, plan
+           Tensor rows = x.reshape({-1, x.size(-1)});
+           const int64_t routed = moh->routed_heads(), shared = moh->moh_config.shared_heads;
+           Tensor logits =
+               linear(rows, cat({moh->router_routed->weight, moh->router_shared->weight, moh->router_mix->weight}, 0));
+           TopK top = topk(softmax(logits.narrow(1, 0, routed), -1), moh->moh_config.routed_k);
+           softmax(logits.narrow(1, routed, shared), -1);
+           softmax(logits.narrow(1, routed + shared, 2), -1);
+           route(top.indices, moh->config.heads);
+         }});
   }
   // MAE: the mixture is MHA with per-head weights plus a small gate MLP (no
   // routed path to check; its cost should sit just above MHA's).
@@ -271,16 +276,18 @@ void run(const Options& o, Device device) {
     Tensor x = Tensor::randn({o.batch, T, d}, gen).to(device).set_requires_grad();
     Tensor dout = Tensor::randn({o.batch, T, d}, gen).to(device);
     char title[200];
-    std::snprintf(title, sizeof title, "attention layer, d=%lld h=%lld B=%lld T=%lld causal f32, %s",
-                  (long long)d, (long long)h, (long long)o.batch, (long long)T, hardware(o, device).c_str());
+    std::snprintf(title, sizeof title, "attention layer, d=%lld h=%lld B=%lld T=%lld causal f32, %s", (long long)d,
+                  (long long)h, (long long)o.batch, (long long)T, hardware(o, device).c_str());
     const std::string anchors_before = anchors(device);
     Table table(title, {"layer", "pass", "ms (IQR)", "MHA ms (IQR)", "ratio", "median pair ratio", "FLOP bound f",
                         "η = f / ratio", "peak MiB (fwd+bwd)", "routing overhead", "routed vs dense max diff"});
     const double mha_macs = double(mha.macs(T, T, true));
     for (Candidate& c : list) {
       double diff = c.check ? c.check({x.detach(), Tensor(), true}) : 0;
-      HEADROOM_CHECK(diff < 1e-3, "[bench_attention] ", c.name, " routed output differs from its dense "
-                     "reference by ", diff, ": not timing a wrong kernel");
+      HEADROOM_CHECK(diff < 1e-3, "[bench_attention] ", c.name,
+                     " routed output differs from its dense "
+                     "reference by ",
+                     diff, ": not timing a wrong kernel");
       const double bound = double(c.layer->macs(T, T, true)) / mha_macs;
       double peak = double(peak_bytes(pass(*c.layer, x, dout, true), device)) / (1 << 20);
       double mha_peak = double(peak_bytes(pass(mha, x, dout, true), device)) / (1 << 20);
@@ -293,13 +300,12 @@ void run(const Options& o, Device device) {
           c.route_only(xd);
           wait_for(device);
         };
-        Comparison r = time_interleaved(route_only, pass(mha, x, dout, false),
-                                        o.iters, 1, o.smoke ? 0 : 2);
+        Comparison r = time_interleaved(route_only, pass(mha, x, dout, false), o.iters, 1, o.smoke ? 0 : 2);
         overhead = format("%.1f%%", 100 * r.a_ms / r.b_ms);
       }
       for (bool backward : {false, true}) {
-        Comparison cmp = time_interleaved(pass(*c.layer, x, dout, backward), pass(mha, x, dout, backward),
-                                          o.iters, 1, o.smoke ? 0 : 2);
+        Comparison cmp = time_interleaved(pass(*c.layer, x, dout, backward), pass(mha, x, dout, backward), o.iters, 1,
+                                          o.smoke ? 0 : 2);
         const double ratio = cmp.a_ms / cmp.b_ms;
         auto with_iqr = [](double ms, double iqr) { return format("%.2f", ms) + format(" (%.0f%%)", 100 * iqr); };
         table.row({c.name, backward ? "fwd+bwd" : "forward", with_iqr(cmp.a_ms, cmp.a_iqr),
@@ -324,7 +330,10 @@ void run_training_steps(const Options& o, Device device) {
   std::snprintf(title, sizeof title, "training step, 2-layer DecoderLM d=512 h=8 vocab 256, B=%lld T=%lld, %s",
                 (long long)o.batch, (long long)T, hardware(o, device).c_str());
   Table table(title, {"attention", "options", "ms / step", "tokens / s", "vs MHA"});
-  struct Kind { const char* type; StringMap options; };
+  struct Kind {
+    const char* type;
+    StringMap options;
+  };
   const Kind kinds[] = {{"mha", {}},
                         {"moa", {{"experts", "8"}, {"k", "2"}, {"head_dim", "64"}}},
                         {"moh", {{"shared_heads", "2"}, {"routed_k", "2"}}},

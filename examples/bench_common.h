@@ -96,8 +96,7 @@ inline std::string format(const char* fmt, double value) {
 // A Markdown table, printed when the section is done.
 class Table {
  public:
-  Table(std::string title, std::vector<std::string> columns)
-      : title_(std::move(title)), columns_(std::move(columns)) {}
+  Table(std::string title, std::vector<std::string> columns) : title_(std::move(title)), columns_(std::move(columns)) {}
   void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
   void print() const {
     std::printf("\n### %s\n\n", title_.c_str());

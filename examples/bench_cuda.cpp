@@ -86,18 +86,18 @@ std::string torch_cell(const std::map<std::string, double>& torch, const std::st
 // terms yᵀ = w · xᵀ, i.e. gemm(op(w) = T, op(x) = N).
 void raw_linear(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k) {
   const float one = 1, zero = 0;
-  HEADROOM_CUBLAS_CHECK(cublasSgemm(cuda::cublas(0), CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w,
-                                    int(k), x, int(k), &zero, y, int(n)));
+  HEADROOM_CUBLAS_CHECK(cublasSgemm(cuda::cublas(0), CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, w, int(k),
+                                    x, int(k), &zero, y, int(n)));
 }
 
 // The two backward GEMMs of a linear layer: dx[M, K] = dy · w, dw[N, K] = dyᵀ · x.
-void raw_linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, int64_t m,
-                         int64_t n, int64_t k) {
+void raw_linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, int64_t m, int64_t n,
+                         int64_t k) {
   const float one = 1, zero = 0;
-  HEADROOM_CUBLAS_CHECK(cublasSgemm(cuda::cublas(0), CUBLAS_OP_N, CUBLAS_OP_N, int(k), int(m), int(n), &one, w,
-                                    int(k), dy, int(n), &zero, dx, int(k)));
-  HEADROOM_CUBLAS_CHECK(cublasSgemm(cuda::cublas(0), CUBLAS_OP_N, CUBLAS_OP_T, int(k), int(n), int(m), &one, x,
-                                    int(k), dy, int(n), &zero, dw, int(k)));
+  HEADROOM_CUBLAS_CHECK(cublasSgemm(cuda::cublas(0), CUBLAS_OP_N, CUBLAS_OP_N, int(k), int(m), int(n), &one, w, int(k),
+                                    dy, int(n), &zero, dx, int(k)));
+  HEADROOM_CUBLAS_CHECK(cublasSgemm(cuda::cublas(0), CUBLAS_OP_N, CUBLAS_OP_T, int(k), int(n), int(m), &one, x, int(k),
+                                    dy, int(n), &zero, dw, int(k)));
 }
 #endif
 
@@ -105,7 +105,9 @@ void bench_linear(const Options& o) {
 #if HEADROOM_HAS_CUDA
   Table table("linear layers, f32" + std::string(o.tf32 ? " (TF32)" : "") + ": ours vs raw cuBLAS",
               {"M x K -> N", "pass", "ours ms", "cuBLAS ms", "ours / cuBLAS speed", "TFLOP/s (ours)"});
-  struct Shape3 { int64_t m, k, n; };
+  struct Shape3 {
+    int64_t m, k, n;
+  };
   const Shape3 shapes[] = {{8192, 512, 512}, {8192, 512, 2048}, {8192, 2048, 512}, {16384, 1024, 4096}};
   Generator gen(7);
   for (const Shape3& s : shapes) {
@@ -116,7 +118,10 @@ void bench_linear(const Options& o) {
     Tensor y_raw = Tensor::empty({s.m, s.n}, DType::f32, kGpu);
     Tensor dx_raw = Tensor::empty({s.m, s.k}, DType::f32, kGpu), dw_raw = Tensor::empty({s.n, s.k}, DType::f32, kGpu);
     const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
-    auto ours_fwd = [&] { NoGradGuard g; linear(x, w); };
+    auto ours_fwd = [&] {
+      NoGradGuard g;
+      linear(x, w);
+    };
     auto raw_fwd = [&] { raw_linear(x.data<float>(), w.data<float>(), y_raw.data<float>(), s.m, s.n, s.k); };
     auto ours_step = [&] {
       x.zero_grad(), w.zero_grad();
@@ -127,11 +132,11 @@ void bench_linear(const Options& o) {
       raw_linear_backward(x.data<float>(), w.data<float>(), dy.data<float>(), dx_raw.data<float>(),
                           dw_raw.data<float>(), s.m, s.n, s.k);
     };
-    const std::string shape = format("%.0f", double(s.m)) + " x " + format("%.0f", double(s.k)) + " -> " +
-                              format("%.0f", double(s.n));
+    const std::string shape =
+        format("%.0f", double(s.m)) + " x " + format("%.0f", double(s.k)) + " -> " + format("%.0f", double(s.n));
     for (bool backward : {false, true}) {
-      Comparison c = backward ? gpu_compare(ours_step, raw_step, o.iters, 5)
-                              : gpu_compare(ours_fwd, raw_fwd, o.iters, 10);
+      Comparison c =
+          backward ? gpu_compare(ours_step, raw_step, o.iters, 5) : gpu_compare(ours_fwd, raw_fwd, o.iters, 10);
       const double total_flops = backward ? 3 * flops : flops;
       table.row({shape, backward ? "fwd+bwd" : "forward", format("%.3f", c.a_ms), format("%.3f", c.b_ms),
                  format("%.3f", c.b_ms / c.a_ms), format("%.1f", total_flops / c.a_ms / 1e9)});
@@ -166,8 +171,8 @@ void bench_attention(const Options& o, const std::map<std::string, double>& torc
     AttentionOptions opts;
     opts.causal = s.causal;
     // Score and value products: 4·B·h·T²·d_h, halved by a causal mask; backward ≈ 2.5×.
-    const double fwd_flops = 4.0 * double(s.batch * s.heads) * double(s.seq) * double(s.seq) * double(s.head_dim) *
-                             (s.causal ? 0.5 : 1.0);
+    const double fwd_flops =
+        4.0 * double(s.batch * s.heads) * double(s.seq) * double(s.seq) * double(s.head_dim) * (s.causal ? 0.5 : 1.0);
     for (bool backward : {false, true}) {
       std::function<void()> fn = [&] {
         if (!backward) {
@@ -224,8 +229,9 @@ Options parse(int argc, char** argv) {
     else if (flag == "--tf32") o.tf32 = true;
     else if (flag == "--iters" && i + 1 < argc) o.iters = std::stoi(argv[++i]);
     else if (flag == "--torch" && i + 1 < argc) o.torch_file = argv[++i];
-    else HEADROOM_FAIL("[bench_cuda] unknown flag ", flag,
-                       " (usage: bench_cuda [--iters N] [--torch FILE] [--tf32] [--smoke])");
+    else
+      HEADROOM_FAIL("[bench_cuda] unknown flag ", flag,
+                    " (usage: bench_cuda [--iters N] [--torch FILE] [--tf32] [--smoke])");
   }
   return o;
 }

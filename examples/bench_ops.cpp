@@ -97,8 +97,8 @@ void bench_matmul(const Options& options) {
   Tensor c_raw = Tensor::empty({n, n});
   Tensor c_headroom;
   auto sgemm_into = [&](const Tensor& c) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data<float>(), n,
-                b.data<float>(), n, 0.0f, c.data<float>(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data<float>(), n, b.data<float>(), n, 0.0f,
+                c.data<float>(), n);
   };
   auto headroom_call = [&] { c_headroom = matmul(a, b); };  // allocates its output, as real use does
   auto raw_call = [&] { sgemm_into(c_raw); };
@@ -123,8 +123,8 @@ void bench_matmul(const Options& options) {
   auto gflops = [&](double ms) { return format("%.1f", gflop / (ms * 1e-3)); };
   Table table("matmul " + std::to_string(n) + "³ f32, " + std::to_string(options.threads) +
                   " thread(s); speed ratio = raw ms / headroom ms (goal ≥ 0.90)",
-              {"headroom::matmul vs", "headroom ms", "raw ms", "headroom GFLOP/s", "raw GFLOP/s",
-               "ratio of medians", "median pair ratio"});
+              {"headroom::matmul vs", "headroom ms", "raw ms", "headroom GFLOP/s", "raw GFLOP/s", "ratio of medians",
+               "median pair ratio"});
   for (bool fresh_output : {false, true}) {
     Comparison t = fresh_output ? time_interleaved(headroom_call, raw_fresh_call, iters)
                                 : time_interleaved(headroom_call, raw_call, iters);
@@ -171,39 +171,53 @@ void bench_dispatch(const Options& options) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, &x, 1, &y, 1, 0.0f, &z, 1);
     do_not_optimize(&z);
   };
-  overhead_rows(table, options, "matmul [1,1]·[1,1]", "cblas_sgemm 1×1×1", [&](bool grad) {
-    Tensor a = Tensor::ones({1, 1}).set_requires_grad(grad), b = Tensor::ones({1, 1}).set_requires_grad(grad);
-    return [&sink, a, b] { sink = matmul(a, b); };
-  }, sgemm_1x1);
+  overhead_rows(
+      table, options, "matmul [1,1]·[1,1]", "cblas_sgemm 1×1×1",
+      [&](bool grad) {
+        Tensor a = Tensor::ones({1, 1}).set_requires_grad(grad), b = Tensor::ones({1, 1}).set_requires_grad(grad);
+        return [&sink, a, b] { sink = matmul(a, b); };
+      },
+      sgemm_1x1);
 
   // reshape [4] -> [2,2]: a view, so the raw cost is making a view by hand.
-  overhead_rows(table, options, "reshape [4]→[2,2]", "make_view", [&](bool grad) {
-    Tensor t = Tensor::ones({4}).set_requires_grad(grad);
-    return [&sink, t] { sink = t.reshape({2, 2}); };
-  }, [&, t = Tensor::ones({4})] { sink = make_view(t, {2, 2}, {2, 1}, 0); });
+  overhead_rows(
+      table, options, "reshape [4]→[2,2]", "make_view",
+      [&](bool grad) {
+        Tensor t = Tensor::ones({4}).set_requires_grad(grad);
+        return [&sink, t] { sink = t.reshape({2, 2}); };
+      },
+      [&, t = Tensor::ones({4})] {
+        sink = make_view(t, {2, 2}, {2, 1}, 0);
+      });
 
   // add of two [4] tensors vs the loop it runs (small elementwise work stays
   // off the OpenMP team: core/parallel.h).
   float lhs[4] = {1, 2, 3, 4}, rhs[4] = {4, 3, 2, 1}, sums[4];
-  overhead_rows(table, options, "add [4]+[4]", "4 adds", [&](bool grad) {
-    Tensor a = Tensor::ones({4}).set_requires_grad(grad), b = Tensor::ones({4});
-    return [&sink, a, b] { sink = a + b; };
-  }, [&] {
-    do_not_optimize(lhs);
-    for (int i = 0; i < 4; ++i) sums[i] = lhs[i] + rhs[i];
-    do_not_optimize(sums);
-  });
+  overhead_rows(
+      table, options, "add [4]+[4]", "4 adds",
+      [&](bool grad) {
+        Tensor a = Tensor::ones({4}).set_requires_grad(grad), b = Tensor::ones({4});
+        return [&sink, a, b] { sink = a + b; };
+      },
+      [&] {
+        do_not_optimize(lhs);
+        for (int i = 0; i < 4; ++i) sums[i] = lhs[i] + rhs[i];
+        do_not_optimize(sums);
+      });
 
   // clone of 4 floats vs copying 16 bytes.
   float src[4] = {1, 2, 3, 4}, dst[4];
-  overhead_rows(table, options, "clone [4]", "memcpy 16 B", [&](bool grad) {
-    Tensor t = Tensor::ones({4}).set_requires_grad(grad);
-    return [&sink, t] { sink = t.clone(); };
-  }, [&] {
-    do_not_optimize(src);
-    std::memcpy(dst, src, sizeof dst);
-    do_not_optimize(dst);
-  });
+  overhead_rows(
+      table, options, "clone [4]", "memcpy 16 B",
+      [&](bool grad) {
+        Tensor t = Tensor::ones({4}).set_requires_grad(grad);
+        return [&sink, t] { sink = t.clone(); };
+      },
+      [&] {
+        do_not_optimize(src);
+        std::memcpy(dst, src, sizeof dst);
+        do_not_optimize(dst);
+      });
   table.print();
 }
 
@@ -235,8 +249,10 @@ void bench_attention(const Options& options) {
     std::vector<float> fused = attention(q, k, v, causal).to_vector<float>();
     std::vector<float> composed = composed_attention(q, k, v, mask).to_vector<float>();
     for (size_t i = 0; i < fused.size(); ++i)
-      HEADROOM_CHECK(std::abs(fused[i] - composed[i]) < 1e-4, "[bench_attention] fused and composed "
-                     "attention differ at element ", i, ": ", fused[i], " vs ", composed[i]);
+      HEADROOM_CHECK(std::abs(fused[i] - composed[i]) < 1e-4,
+                     "[bench_attention] fused and composed "
+                     "attention differ at element ",
+                     i, ": ", fused[i], " vs ", composed[i]);
   }
   auto forward = [&](auto&& fn) {
     return [&, fn] {
@@ -256,16 +272,19 @@ void bench_attention(const Options& options) {
   Comparison fwd = time_interleaved(forward(fused), forward(composed), iters, 1, options.smoke ? 0 : 2);
   Comparison step = time_interleaved(train_step(fused), train_step(composed), iters, 1, options.smoke ? 0 : 2);
   char title[160];
-  std::snprintf(title, sizeof title, "attention B=%lld h=%lld T=%lld d_h=%lld causal f32, %d thread(s); "
-                "speed-up = composed ms / fused ms", (long long)B, (long long)h, (long long)T, (long long)d_h,
-                options.threads);
+  std::snprintf(title, sizeof title,
+                "attention B=%lld h=%lld T=%lld d_h=%lld causal f32, %d thread(s); "
+                "speed-up = composed ms / fused ms",
+                (long long)B, (long long)h, (long long)T, (long long)d_h, options.threads);
   Table table(title, {"pass", "fused ms", "composed ms", "speed-up (ratio of medians)", "median pair ratio"});
   for (auto& [name, c] : {std::pair<const char*, Comparison>{"forward", fwd}, {"forward+backward", step}})
     table.row({name, format("%.2f", c.a_ms), format("%.2f", c.b_ms), format("%.2f", c.ratio_of_medians),
                format("%.2f", c.median_pair_ratio)});
   table.print();
-  std::printf("\nJSON {\"bench\": \"attention\", \"threads\": %d, \"forward_ms\": %.3f, "
-              "\"forward_backward_ms\": %.3f}\n", options.threads, fwd.a_ms, step.a_ms);
+  std::printf(
+      "\nJSON {\"bench\": \"attention\", \"threads\": %d, \"forward_ms\": %.3f, "
+      "\"forward_backward_ms\": %.3f}\n",
+      options.threads, fwd.a_ms, step.a_ms);
 }
 
 // ---- section 4: routed grouped products against dense matmuls -------------
@@ -289,8 +308,14 @@ void bench_routing(const Options& options) {
   };
   std::vector<Case> cases = {
       {"gather_segment_matmul (W_q)", "forward",
-       [&] { NoGradGuard ng; gather_segment_matmul(x, w_q, plan); },
-       [&] { NoGradGuard ng; matmul(x_rows, w_q0); }},
+       [&] {
+         NoGradGuard ng;
+         gather_segment_matmul(x, w_q, plan);
+       },
+       [&] {
+         NoGradGuard ng;
+         matmul(x_rows, w_q0);
+       }},
       {"gather_segment_matmul (W_q)", "fwd+bwd",
        [&] {
          Tensor xg = x.detach().set_requires_grad(), wg = w_q.detach().set_requires_grad();
@@ -298,13 +323,19 @@ void bench_routing(const Options& options) {
        },
        [&] {
          NoGradGuard ng;
-         matmul(x_rows, w_q0);      // Q = X·W
-         matmul(dq, w_q0.t());      // dX = dQ·Wᵀ
-         matmul(x_rows.t(), dq);    // dW = Xᵀ·dQ
+         matmul(x_rows, w_q0);    // Q = X·W
+         matmul(dq, w_q0.t());    // dX = dQ·Wᵀ
+         matmul(x_rows.t(), dq);  // dW = Xᵀ·dQ
        }},
       {"segment_matmul_scatter (W_o, gated)", "forward",
-       [&] { NoGradGuard ng; segment_matmul_scatter(heads, w_o, plan, top.values); },
-       [&] { NoGradGuard ng; matmul(heads, w_o0); }},
+       [&] {
+         NoGradGuard ng;
+         segment_matmul_scatter(heads, w_o, plan, top.values);
+       },
+       [&] {
+         NoGradGuard ng;
+         matmul(heads, w_o0);
+       }},
       {"segment_matmul_scatter (W_o, gated)", "fwd+bwd",
        [&] {
          Tensor hg = heads.detach().set_requires_grad(), wg = w_o.detach().set_requires_grad();

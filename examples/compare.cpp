@@ -74,7 +74,8 @@ std::vector<std::string> table_row(const std::string& method, const std::vector<
           mean_spread(quality, percent || metric == "test_bleu" ? "%.2f" : "%.3f"),
           mean_spread(loss, "%.3f"),
           format("%.0f%%", 100 * first.active_heads),
-          std::to_string(first.parameters) + format(" (%+.1f%%)", 100.0 * double(first.parameters - mha_params) / double(mha_params)),
+          std::to_string(first.parameters) +
+              format(" (%+.1f%%)", 100.0 * double(first.parameters - mha_params) / double(mha_params)),
           format("%.3g", first.macs_per_item),
           format("%.0f", mean_of(runs, [](const RunSummary& r) { return r.items_per_second; })),
           format("%.1f", mean_of(runs, [](const RunSummary& r) { return double(r.peak_bytes) / (1 << 20); }))};
@@ -109,7 +110,8 @@ int run(const std::string& task, int argc, char** argv) {
   add_train_flags(flags, train_options);
   return run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
-    if (task != "lm" && task != "mt" && task != "vit") throw UsageError("--task must be lm, mt or vit, got '" + task + "'");
+    if (task != "lm" && task != "mt" && task != "vit")
+      throw UsageError("--task must be lm, mt or vit, got '" + task + "'");
     if (c.seeds < 1) throw UsageError("--seeds must be at least 1");
     if (train_options.threads > 0) set_num_threads(train_options.threads);
     std::printf("%s\n", run_config_table(flags, train_options).c_str());
@@ -145,10 +147,11 @@ int run(const std::string& task, int argc, char** argv) {
       rows.push_back(table_row(method, runs, mha_params));
     }
     const auto [metric, higher_better] = quality_metric(task);
-    std::string table = markdown_table({"method", metric + (higher_better ? " (higher is better)" : " (lower is better)"),
-                                        "valid loss", "active heads", "parameters (vs first)", "MACs/" + std::string(task == "vit" ? "image" : "token"),
-                                        task == "vit" ? "img/s" : "tok/s", "peak MiB"},
-                                       rows);
+    std::string table = markdown_table(
+        {"method", metric + (higher_better ? " (higher is better)" : " (lower is better)"), "valid loss",
+         "active heads", "parameters (vs first)", "MACs/" + std::string(task == "vit" ? "image" : "token"),
+         task == "vit" ? "img/s" : "tok/s", "peak MiB"},
+        rows);
     std::filesystem::create_directories(c.out);
     write_file_atomically(c.out + "/table.md", table, "compare");
     plot_lines(c.out + "/curves.png", curves);

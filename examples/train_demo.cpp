@@ -96,20 +96,20 @@ struct SpiralNet : Module {
     hidden = register_module("hidden", std::make_shared<Linear>(width, width, true, gen));
     out = register_module("out", std::make_shared<Linear>(width, 2, true, gen));
   }
-  Tensor forward(const Tensor& x) const {
-    return out->forward(tanh(hidden->forward(tanh(in->forward(x)))));
-  }
+  Tensor forward(const Tensor& x) const { return out->forward(tanh(hidden->forward(tanh(in->forward(x))))); }
 };
 
 // One file holds model parameters (their module paths), optimizer state
 // ("optim." prefix) and the step in the metadata.
-void save_checkpoint(const std::string& path, const SpiralNet& model, const Optimizer& opt,
-                     int64_t step, const Config& c) {
+void save_checkpoint(const std::string& path, const SpiralNet& model, const Optimizer& opt, int64_t step,
+                     const Config& c) {
   NamedTensors entries = model.state_dict();
   for (auto& entry : opt.state()) entries.push_back(entry);
   save_safetensors(path, entries,
-                   {{"step", std::to_string(step)}, {"seed", std::to_string(c.seed)},
-                    {"hidden", std::to_string(c.hidden)}, {"format", "headroom train_demo v1"}});
+                   {{"step", std::to_string(step)},
+                    {"seed", std::to_string(c.seed)},
+                    {"hidden", std::to_string(c.hidden)},
+                    {"format", "headroom train_demo v1"}});
 }
 
 int64_t load_checkpoint(const std::string& path, SpiralNet& model, Optimizer& opt) {
@@ -141,30 +141,30 @@ int run(const Config& c) {
   WarmupCosine schedule{c.steps / 10, c.steps, 0.05};
   int64_t step = c.resume.empty() ? 0 : load_checkpoint(c.resume, model, opt);
 
-  std::printf("| parameter | value |\n|---|---|\n| model | MLP 2-%lld-%lld-2 (tanh) |\n"
-              "| params | %lld |\n| data | two spirals, %lld points |\n| optimizer | AdamW lr %g, "
-              "wd %g, warm-up + cosine |\n| steps | %lld (starting at %lld) |\n| seed | %llu |\n"
-              "| threads | %d |\n| device | %s |\n\n",
-              (long long)c.hidden, (long long)c.hidden, (long long)model.num_parameters(),
-              (long long)x.size(0), c.lr, c.weight_decay, (long long)c.steps, (long long)step,
-              (unsigned long long)c.seed, num_threads(),
-              device.is_cpu() ? "cpu" : (device.str() + " (" + device_summary(device.kind) + ")").c_str());
+  std::printf(
+      "| parameter | value |\n|---|---|\n| model | MLP 2-%lld-%lld-2 (tanh) |\n"
+      "| params | %lld |\n| data | two spirals, %lld points |\n| optimizer | AdamW lr %g, "
+      "wd %g, warm-up + cosine |\n| steps | %lld (starting at %lld) |\n| seed | %llu |\n"
+      "| threads | %d |\n| device | %s |\n\n",
+      (long long)c.hidden, (long long)c.hidden, (long long)model.num_parameters(), (long long)x.size(0), c.lr,
+      c.weight_decay, (long long)c.steps, (long long)step, (unsigned long long)c.seed, num_threads(),
+      device.is_cpu() ? "cpu" : (device.str() + " (" + device_summary(device.kind) + ")").c_str());
   double loss_value = NAN;
   auto start = std::chrono::steady_clock::now();
   for (; step < c.steps; ++step) {
     opt.zero_grad();
     Tensor loss = cross_entropy(model.forward(x), y);
     loss_value = loss.item();
-    HEADROOM_CHECK(std::isfinite(loss_value), "[train_demo] loss became ", loss_value, " at step ",
-                   step, "; stopping without saving (the last checkpoint is kept)");
+    HEADROOM_CHECK(std::isfinite(loss_value), "[train_demo] loss became ", loss_value, " at step ", step,
+                   "; stopping without saving (the last checkpoint is kept)");
     loss.backward();
     clip_grad_norm(opt.params(), 1.0);
     opt.set_lr(c.lr * schedule.factor(step));
     opt.step();
     if ((step + 1) % c.log_every == 0 || step + 1 == c.steps) {
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %.2f ms/step\n", (long long)step + 1,
-                  (long long)c.steps, loss_value, opt.lr(), ms / double(c.log_every));
+      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %.2f ms/step\n", (long long)step + 1, (long long)c.steps,
+                  loss_value, opt.lr(), ms / double(c.log_every));
       start = std::chrono::steady_clock::now();
     }
     if (!c.ckpt.empty() && (step + 1) % 100 == 0) save_checkpoint(c.ckpt, model, opt, step + 1, c);

@@ -42,8 +42,7 @@ KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& projec
   return {k, v, past};
 }
 
-AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout,
-                                   bool training) {
+AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout, bool training) {
   AttentionOptions opts;
   opts.causal = in.causal && !in.memory.defined();
   opts.causal_offset = kv.past;
@@ -53,8 +52,8 @@ AttentionOptions attention_options(const AttentionInput& in, const KeysValues& k
 }
 
 Tensor split_heads(const Tensor& x, int64_t heads) {
-  HEADROOM_CHECK(x.dim() == 3 && x.size(2) % heads == 0, "[split_heads] expected [B, T, h * d_h] with h = ",
-                 heads, ", got shape ", shape_str(x.shape()));
+  HEADROOM_CHECK(x.dim() == 3 && x.size(2) % heads == 0, "[split_heads] expected [B, T, h * d_h] with h = ", heads,
+                 ", got shape ", shape_str(x.shape()));
   return x.reshape({x.size(0), x.size(1), heads, x.size(2) / heads}).permute({0, 2, 1, 3});
 }
 
@@ -93,7 +92,9 @@ RotaryTables build_rotary_tables(int64_t length, int64_t d_h, double theta, DTyp
       s[i] = -std::sin(angle);
       s[half + i] = std::sin(angle);
     }
-  auto to_tensor = [&](const std::vector<double>& t) { return Tensor::from_vector(t, {length, d_h}).to(dtype).to(device); };
+  auto to_tensor = [&](const std::vector<double>& t) {
+    return Tensor::from_vector(t, {length, d_h}).to(dtype).to(device);
+  };
   return {to_tensor(cos_table), to_tensor(sin_table)};
 }
 

@@ -20,8 +20,8 @@ namespace headroom {
 // from the memory and reuses them.  Methods that need more state (MAE's
 // running prefix sum) keep it in `extra`.
 struct AttentionCache {
-  Tensor k, v;           // [B, h_kv, S_so_far, d_h], undefined before the first call
-  Tensor extra;          // method-specific running state (see each method)
+  Tensor k, v;   // [B, h_kv, S_so_far, d_h], undefined before the first call
+  Tensor extra;  // method-specific running state (see each method)
   int64_t extra_count = 0;
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
   void clear() { k = v = extra = Tensor(), extra_count = 0; }
@@ -34,19 +34,24 @@ struct AttentionInput {
   AttentionInput(Tensor x_ = Tensor(), Tensor memory_ = Tensor(), bool causal_ = false,
                  Tensor query_padding_ = Tensor(), Tensor key_padding_ = Tensor(), AttentionCache* cache_ = nullptr,
                  Tensor source_ = Tensor(), Tensor source_padding_ = Tensor())
-      : x(std::move(x_)), memory(std::move(memory_)), causal(causal_), query_padding(std::move(query_padding_)),
-        key_padding(std::move(key_padding_)), cache(cache_), source(std::move(source_)),
+      : x(std::move(x_)),
+        memory(std::move(memory_)),
+        causal(causal_),
+        query_padding(std::move(query_padding_)),
+        key_padding(std::move(key_padding_)),
+        cache(cache_),
+        source(std::move(source_)),
         source_padding(std::move(source_padding_)) {}
-  Tensor x;                 // [B, T, d]
-  Tensor memory;            // [B, S, d] for cross-attention; undefined = self-attention
-  bool causal = false;      // query t sees keys s <= t (+ cache length when decoding)
-  Tensor query_padding;     // b8 [B, T], 1 = padded query (MoA zeroes its output)
-  Tensor key_padding;       // b8 [B, S], 1 = padded key, never attended
+  Tensor x;                         // [B, T, d]
+  Tensor memory;                    // [B, S, d] for cross-attention; undefined = self-attention
+  bool causal = false;              // query t sees keys s <= t (+ cache length when decoding)
+  Tensor query_padding;             // b8 [B, T], 1 = padded query (MoA zeroes its output)
+  Tensor key_padding;               // b8 [B, S], 1 = padded key, never attended
   AttentionCache* cache = nullptr;  // decoding: x holds only the new tokens
   // Decoder self-attention in an encoder–decoder model: the encoder output
   // and its padding, for gates that summarise the source (MAE's source_mean).
-  Tensor source;            // [B, S_src, d], undefined elsewhere
-  Tensor source_padding;    // b8 [B, S_src]
+  Tensor source;          // [B, S_src, d], undefined elsewhere
+  Tensor source_padding;  // b8 [B, S_src]
 };
 
 // What a routed layer decided, for statistics and plots (no gradients).
@@ -61,7 +66,7 @@ struct RoutingStats {
 // target token, or, when joins_summed_loss (MoA's reference convention,
 // fairseq's), to the summed loss, i.e. divided by the target-token count.
 struct AuxLoss {
-  Tensor value;                    // scalar; undefined when the layer has none in this call
+  Tensor value;  // scalar; undefined when the layer has none in this call
   bool joins_summed_loss = false;
   bool defined() const { return value.defined(); }
 };
@@ -75,7 +80,7 @@ struct AttentionOutput {
 class Attention : public Module {
  public:
   virtual AttentionOutput forward(const AttentionInput& in) = 0;
-  virtual std::string kind() const = 0;  // "mha", "moa", "moh", "mae"
+  virtual std::string kind() const = 0;                   // "mha", "moa", "moh", "mae"
   virtual std::string summary() const { return kind(); }  // the method and its sizes, one line
   // Whether training calls return an auxiliary loss, and how many layers of
   // this kind in the model do (share_aux_losses): a method whose convention
@@ -146,8 +151,7 @@ KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& projec
 
 // The attention op's options for an input: causal (self-attention only) with
 // the cache offset, key padding, and dropout when training.
-AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout,
-                                   bool training);
+AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout, bool training);
 
 // [B, T, h * d_h] <-> [B, h, T, d_h]
 Tensor split_heads(const Tensor& x, int64_t heads);

@@ -44,7 +44,8 @@ BlockCoordinateDescent::BlockCoordinateDescent(Layers layers, std::shared_ptr<Op
   std::unordered_set<const void*> gates;
   for (const Tensor& p : gate_optimizer_->params()) gates.insert(p.impl_ptr());
   for (const Tensor& p : gate_parameters(layers_))
-    HEADROOM_CHECK(gates.count(p.impl_ptr()), "[BlockCoordinateDescent] the gate optimizer must hold every gate parameter");
+    HEADROOM_CHECK(gates.count(p.impl_ptr()),
+                   "[BlockCoordinateDescent] the gate optimizer must hold every gate parameter");
   for (const Tensor& p : expert_optimizer_->params())
     HEADROOM_CHECK(!gates.count(p.impl_ptr()),
                    "[BlockCoordinateDescent] a parameter is in both the expert and the gate optimizer");
@@ -65,10 +66,14 @@ BlockCoordinateDescent::Block BlockCoordinateDescent::block(int64_t step) const 
 
 std::string BlockCoordinateDescent::block_kind(int64_t step) const {
   switch (block(step)) {
-    case Block::warm: return "warm";
-    case Block::F: return "F";
-    case Block::G: return "G";
-    case Block::joint: return "joint";
+    case Block::warm:
+      return "warm";
+    case Block::F:
+      return "F";
+    case Block::G:
+      return "G";
+    case Block::joint:
+      return "joint";
   }
   return "";
 }

@@ -113,12 +113,16 @@ std::string format(E v) {
 
 void parse(const std::string& what, const std::string& text, int64_t& out) {
   size_t used = 0;
-  try { out = std::stoll(text, &used); } catch (const std::exception&) { used = 0; }
+  try {
+    out = std::stoll(text, &used);
+  } catch (const std::exception&) { used = 0; }
   if (used == 0 || used != text.size()) bad_value(what, text, "an integer");
 }
 void parse(const std::string& what, const std::string& text, double& out) {
   size_t used = 0;
-  try { out = std::stod(text, &used); } catch (const std::exception&) { used = 0; }
+  try {
+    out = std::stod(text, &used);
+  } catch (const std::exception&) { used = 0; }
   if (used == 0 || used != text.size()) bad_value(what, text, "a number");
 }
 void parse(const std::string& what, const std::string& text, bool& out) {
@@ -161,10 +165,12 @@ std::pair<Scope, std::string> parse_scope(const std::string& key) {
   Scope scope;
   std::string rest = key;
   for (AttentionRole role : kRoles)
-    if (starts_with(rest, std::string(role_name(role)) + ".")) scope.role = role, rest = rest.substr(rest.find('.') + 1);
+    if (starts_with(rest, std::string(role_name(role)) + "."))
+      scope.role = role, rest = rest.substr(rest.find('.') + 1);
   if (starts_with(rest, "layer.")) {
     const size_t dot = rest.find('.', 6);
-    HEADROOM_CHECK(dot != std::string::npos, "[AttentionSpec] key '", key, "' should read layer.<index>.type or "
+    HEADROOM_CHECK(dot != std::string::npos, "[AttentionSpec] key '", key,
+                   "' should read layer.<index>.type or "
                    "layer.<index>.option.<name>");
     int64_t layer = 0;
     parse("[AttentionSpec] layer index in '" + key + "'", rest.substr(6, dot - 6), layer);
@@ -277,9 +283,12 @@ void OptionReader::check_all_used() const {
 
 const char* role_name(AttentionRole role) {
   switch (role) {
-    case AttentionRole::encoder_self: return "encoder_self";
-    case AttentionRole::decoder_self: return "decoder_self";
-    case AttentionRole::cross: return "cross";
+    case AttentionRole::encoder_self:
+      return "encoder_self";
+    case AttentionRole::decoder_self:
+      return "decoder_self";
+    case AttentionRole::cross:
+      return "cross";
   }
   HEADROOM_FAIL("[role_name] unknown attention role");
 }
@@ -409,8 +418,9 @@ std::shared_ptr<Attention> make_attention(const ModelConfig& config, int64_t lay
   else if (type == "moa") made = std::make_shared<MoAAttention>(read_moa(options, config), gen);
   else if (type == "moh") made = std::make_shared<MoHAttention>(read_moh(options, config), gen);
   else if (type == "mae") made = std::make_shared<MAEAttention>(read_mae(options, config), gen);
-  else HEADROOM_FAIL("[make_attention] layer ", layer, " ", role_name(role), ": unknown attention type '", type,
-                     "' (known: mha, moa, moh, mae)");
+  else
+    HEADROOM_FAIL("[make_attention] layer ", layer, " ", role_name(role), ": unknown attention type '", type,
+                  "' (known: mha, moa, moh, mae)");
   options.check_all_used();
   return made;
 }

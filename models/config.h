@@ -67,11 +67,11 @@ struct AttentionSpec {
   void set(const std::string& key, const std::string& value);
 };
 
-enum class NormPlacement { pre, post };        // pre-LN: x + f(LN(x)); post-LN: LN(x + f(x))
+enum class NormPlacement { pre, post };  // pre-LN: x + f(LN(x)); post-LN: LN(x + f(x))
 // Added to the token embeddings; none: positions come from the attention
 // layers alone (their option rope=true).
 enum class PositionKind { sinusoidal, learned, none };
-enum class Pooling { cls, mean };              // ViT: class token or mean over patch tokens
+enum class Pooling { cls, mean };  // ViT: class token or mean over patch tokens
 
 // What a TransformerBlock is built from (models/transformer.h); its
 // attention layers come separately, each from its own config.
@@ -79,32 +79,32 @@ struct BlockConfig {
   int64_t dim = 0;         // d, the residual stream's width
   int64_t ffn_hidden = 0;  // MLP hidden width
   Activation activation = Activation::relu;
-  double dropout = 0;      // residual branches and the MLP hidden layer
+  double dropout = 0;  // residual branches and the MLP hidden layer
   NormPlacement norm = NormPlacement::pre;
   double norm_eps = 1e-5;
-  bool causal = false;     // self-attention: query t sees keys s <= t
+  bool causal = false;  // self-attention: query t sees keys s <= t
 };
 
 struct ModelConfig {
   // ---- sequence models --------------------------------------------------------
-  int64_t vocab = 0;          // target / language-model vocabulary
-  int64_t src_vocab = 0;      // EncoderDecoder source vocabulary (0: same as vocab)
-  int64_t dim = 0;            // d
-  int64_t heads = 0;          // attention heads per layer (methods read it through the factory)
+  int64_t vocab = 0;      // target / language-model vocabulary
+  int64_t src_vocab = 0;  // EncoderDecoder source vocabulary (0: same as vocab)
+  int64_t dim = 0;        // d
+  int64_t heads = 0;      // attention heads per layer (methods read it through the factory)
   int64_t encoder_layers = 0;
   int64_t decoder_layers = 0;
-  int64_t ffn_hidden = 0;     // MLP hidden width
+  int64_t ffn_hidden = 0;  // MLP hidden width
   Activation activation = Activation::relu;
-  double dropout = 0;         // embeddings, residual branches and the MLP hidden layer
-  double attn_dropout = 0;    // attention probabilities
+  double dropout = 0;       // embeddings, residual branches and the MLP hidden layer
+  double attn_dropout = 0;  // attention probabilities
   NormPlacement norm = NormPlacement::pre;
   PositionKind positions = PositionKind::sinusoidal;
-  int64_t max_len = 512;      // longest sequence the learned positions cover
+  int64_t max_len = 512;          // longest sequence the learned positions cover
   bool tie_embeddings = false;    // LM head shares the (target) token embedding
   bool scale_embeddings = false;  // multiply token embeddings by √d (Vaswani et al., fairseq)
   double norm_eps = 1e-5;
   // ---- ViT ----------------------------------------------------------------------
-  int64_t image_size = 0;     // square images of image_size × image_size pixels
+  int64_t image_size = 0;  // square images of image_size × image_size pixels
   int64_t patch_size = 0;
   int64_t channels = 3;
   int64_t classes = 0;

@@ -45,9 +45,7 @@ class Stepper {
   Device device() const { return device_; }
 
  private:
-  static Tensor last_position(const Tensor& logits) {
-    return logits.select(1, logits.size(1) - 1).to(Device::cpu());
-  }
+  static Tensor last_position(const Tensor& logits) { return logits.select(1, logits.size(1) - 1).to(Device::cpu()); }
   bool use_cache_;
   Device device_;
   DecoderCache cache_;
@@ -181,8 +179,8 @@ Generated generate(Stepper& stepper, const Tensor& prefix, const GenerateOptions
 }
 
 Choose sampler(double temperature, int64_t top_k, Generator& gen) {
-  HEADROOM_CHECK(temperature > 0 && top_k >= 0, "[sample] expected temperature > 0 and top_k >= 0, got ",
-                 temperature, " and ", top_k);
+  HEADROOM_CHECK(temperature > 0 && top_k >= 0, "[sample] expected temperature > 0 and top_k >= 0, got ", temperature,
+                 " and ", top_k);
   return [temperature, top_k, &gen](const std::vector<double>& logits) {
     const size_t V = logits.size(), k = top_k == 0 ? V : std::min<size_t>(top_k, V);
     std::vector<int32_t> ids(V);
@@ -316,8 +314,8 @@ class BeamSearch {
   int64_t K_, B_ = 0;
   double alpha_;
   GenerateOptions opts_;
-  std::vector<Row> rows_;           // [B*K] prefix + new tokens of every live beam
-  std::vector<Hypothesis> live_;    // [B*K]; raw = -inf marks a dead slot
+  std::vector<Row> rows_;                          // [B*K] prefix + new tokens of every live beam
+  std::vector<Hypothesis> live_;                   // [B*K]; raw = -inf marks a dead slot
   std::vector<std::vector<Hypothesis>> finished_;  // per source
 };
 

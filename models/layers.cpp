@@ -8,8 +8,8 @@
 namespace headroom {
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Generator& gen) {
-  HEADROOM_CHECK(in_features > 0 && out_features > 0, "[Linear] sizes must be positive, got in=",
-                 in_features, " out=", out_features);
+  HEADROOM_CHECK(in_features > 0 && out_features > 0, "[Linear] sizes must be positive, got in=", in_features,
+                 " out=", out_features);
   const double bound = 1.0 / std::sqrt(double(in_features));
   weight = register_parameter("weight", Tensor::rand({out_features, in_features}, gen, DType::f32, -bound, bound));
   if (with_bias) bias = register_parameter("bias", Tensor::rand({out_features}, gen, DType::f32, -bound, bound));
@@ -32,9 +32,7 @@ LayerNorm::LayerNorm(int64_t dim, double eps_, bool affine) : eps(eps_) {
 
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
 
-RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", Tensor::ones({dim}));
-}
+RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) { weight = register_parameter("weight", Tensor::ones({dim})); }
 
 Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, weight, eps); }
 
@@ -42,10 +40,14 @@ Tensor Dropout::forward(const Tensor& x) const { return dropout(x, p, is_trainin
 
 Tensor activate(const Tensor& x, Activation activation) {
   switch (activation) {
-    case Activation::relu: return relu(x);
-    case Activation::gelu: return gelu(x, GeluApprox::erf);
-    case Activation::gelu_tanh: return gelu(x, GeluApprox::tanh);
-    case Activation::silu: return silu(x);
+    case Activation::relu:
+      return relu(x);
+    case Activation::gelu:
+      return gelu(x, GeluApprox::erf);
+    case Activation::gelu_tanh:
+      return gelu(x, GeluApprox::tanh);
+    case Activation::silu:
+      return silu(x);
   }
   HEADROOM_FAIL("[activate] unknown activation");
 }

@@ -15,8 +15,7 @@ namespace headroom {
 // y = x·Wᵀ + b.  weight [out, in], bias [out]; both U(-1/√in, 1/√in) as in PyTorch.
 class Linear : public Module {
  public:
-  Linear(int64_t in_features, int64_t out_features, bool bias = true,
-         Generator& gen = default_generator());
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) const;  // x: [..., in] -> [..., out]
   Tensor weight, bias;
 };

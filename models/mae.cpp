@@ -16,8 +16,7 @@ namespace {
 const MAEConfig& checked(const MAEConfig& config) {
   HEADROOM_CHECK(config.mha.heads >= 2, "[MAEAttention] needs at least 2 heads (an expert is h-1 of them), got ",
                  config.mha.heads);
-  HEADROOM_CHECK(config.gate_hidden >= 0, "[MAEAttention] gate_hidden must be >= 0 (0 = d), got ",
-                 config.gate_hidden);
+  HEADROOM_CHECK(config.gate_hidden >= 0, "[MAEAttention] gate_hidden must be >= 0 (0 = d), got ", config.gate_hidden);
   return config;
 }
 
@@ -52,7 +51,7 @@ Tensor prefix_mean(const AttentionInput& in) {
   const Tensor& x = in.x;
   const int64_t B = x.size(0), T = x.size(1), d = x.size(2);
   Tensor keep = real_positions(x_padding(in), B, T, x.dtype(), x.device());  // [B, T, 1]
-  Tensor running = cumsum(cat({x * keep, keep}, -1), 1);  // [B, T, d + 1]: sums, counts
+  Tensor running = cumsum(cat({x * keep, keep}, -1), 1);                     // [B, T, d + 1]: sums, counts
   AttentionCache* cache = in.cache;
   if (cache && cache->extra.defined()) {
     HEADROOM_CHECK(cache->extra.dim() == 2 && cache->extra.size(0) == B && cache->extra.size(1) == d + 1,
@@ -124,8 +123,7 @@ Tensor MAEGate::forward(const Tensor& summary) const {
 MAEAttention::MAEAttention(const MAEConfig& cfg, Generator& gen)
     : MultiHeadAttention(checked(cfg).mha, gen), mae_config(cfg), sampler_(&gen) {
   const int64_t hidden = cfg.gate_hidden > 0 ? cfg.gate_hidden : config.dim;
-  gate = register_module("gate",
-                         std::make_shared<MAEGate>(config.dim, hidden, config.heads, cfg.gate_activation, gen));
+  gate = register_module("gate", std::make_shared<MAEGate>(config.dim, hidden, config.heads, cfg.gate_activation, gen));
 }
 
 GateInput MAEAttention::resolve_gate_input(const AttentionInput& in) const {
@@ -151,12 +149,16 @@ GateInput MAEAttention::resolve_gate_input(const AttentionInput& in) const {
 bool MAEAttention::sample_per_token(GateInput source) const {
   const bool per_token_gate = source == GateInput::prefix_mean;
   switch (mae_config.sample_per) {
-    case MAEConfig::SamplePer::auto_: return per_token_gate;
-    case MAEConfig::SamplePer::token: return true;
-    case MAEConfig::SamplePer::sequence: break;
+    case MAEConfig::SamplePer::auto_:
+      return per_token_gate;
+    case MAEConfig::SamplePer::token:
+      return true;
+    case MAEConfig::SamplePer::sequence:
+      break;
   }
-  HEADROOM_CHECK(!per_token_gate,
-                 "[MAEAttention] sample_per = sequence needs a per-sequence gate, but prefix_mean gives one g per token");
+  HEADROOM_CHECK(
+      !per_token_gate,
+      "[MAEAttention] sample_per = sequence needs a per-sequence gate, but prefix_mean gives one g per token");
   return false;
 }
 
@@ -165,11 +167,15 @@ Tensor MAEAttention::responsibilities(const AttentionInput& in) {
                  "[MAEAttention] expected x of shape [B, T, ", config.dim, "]");
   Tensor summary;
   switch (resolve_gate_input(in)) {
-    case GateInput::prefix_mean: summary = prefix_mean(in); break;
-    case GateInput::source_mean: summary = source_mean(in); break;
+    case GateInput::prefix_mean:
+      summary = prefix_mean(in);
+      break;
+    case GateInput::source_mean:
+      summary = source_mean(in);
+      break;
     default:
-      summary = masked_mean(in.x, real_positions(x_padding(in), in.x.size(0), in.x.size(1), in.x.dtype(),
-                                                 in.x.device()));
+      summary =
+          masked_mean(in.x, real_positions(x_padding(in), in.x.size(0), in.x.size(1), in.x.dtype(), in.x.device()));
   }
   return gate->forward(summary);
 }

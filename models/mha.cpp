@@ -16,8 +16,8 @@ MultiHeadAttention::MultiHeadAttention(const MHAConfig& cfg, Generator& gen) : c
                  config.kv_heads, " must divide heads ", config.heads);
   if (config.head_dim == 0) config.head_dim = config.dim / config.heads;
   head_dim = config.head_dim;
-  HEADROOM_CHECK(config.dim > 0 && head_dim > 0, "[MultiHeadAttention] dim (", config.dim, ") and head_dim (",
-                 head_dim, ") must be positive");
+  HEADROOM_CHECK(config.dim > 0 && head_dim > 0, "[MultiHeadAttention] dim (", config.dim, ") and head_dim (", head_dim,
+                 ") must be positive");
   check_rope("MultiHeadAttention", rope(), head_dim);
   const int64_t width = config.heads * head_dim, kv_width = config.kv_heads * head_dim;
   q_proj = register_module("q_proj", std::make_shared<Linear>(config.dim, width, config.bias, gen));
@@ -33,10 +33,13 @@ Tensor MultiHeadAttention::queries(const Tensor& x) const {
 }
 
 KeysValues MultiHeadAttention::keys_values(const AttentionInput& in) const {
-  return headroom::keys_values(in, [this](const Tensor& source) {
-    return std::make_pair(split_heads(k_proj->forward(source), config.kv_heads),
-                          split_heads(v_proj->forward(source), config.kv_heads));
-  }, rope());
+  return headroom::keys_values(
+      in,
+      [this](const Tensor& source) {
+        return std::make_pair(split_heads(k_proj->forward(source), config.kv_heads),
+                              split_heads(v_proj->forward(source), config.kv_heads));
+      },
+      rope());
 }
 
 Tensor MultiHeadAttention::head_outputs(const AttentionInput& in) {
@@ -61,7 +64,7 @@ AttentionOutput MultiHeadAttention::forward(const AttentionInput& in) {
 
 int64_t MultiHeadAttention::macs(int64_t T, int64_t S, bool causal) const {
   const int64_t d = config.dim, width = config.heads * head_dim, kv_width = config.kv_heads * head_dim;
-  const int64_t projections = 2 * T * d * width + 2 * S * d * kv_width;              // q, o and k, v
+  const int64_t projections = 2 * T * d * width + 2 * S * d * kv_width;             // q, o and k, v
   const int64_t core = 2 * attended_pairs(T, S, causal) * head_dim * config.heads;  // q·kᵀ and p·v
   return projections + core;
 }

@@ -40,7 +40,7 @@ class MultiHeadAttention : public Attention {
   int64_t macs(int64_t T, int64_t S, bool causal) const override;
 
   // The pieces, for methods built on MHA:
-  Tensor queries(const Tensor& x) const;          // [B, T, d] -> [B, h, T, d_h], before any rotation
+  Tensor queries(const Tensor& x) const;  // [B, T, d] -> [B, h, T, d_h], before any rotation
   // [B, h_kv, S, d_h], cache applied; self-attention's keys rotated when rope is on.
   KeysValues keys_values(const AttentionInput& in) const;
   Rope rope() const { return {config.rope, config.rope_theta}; }

@@ -22,9 +22,7 @@ Tensor xavier_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out, doubl
 }
 
 // log(1 + eˣ), linear above 20 as PyTorch's softplus (so exp never overflows).
-Tensor softplus(const Tensor& x) {
-  return where(gt(x, 20.0), x, log(1.0 + exp(minimum(x, 20.0))));
-}
+Tensor softplus(const Tensor& x) { return where(gt(x, 20.0), x, log(1.0 + exp(minimum(x, 20.0)))); }
 
 // v / max(‖v‖₁, 1e-12) for v >= 0 (F.normalize(p=1) of the official code).
 Tensor l1_normalise(const Tensor& v) { return v / maximum(sum(v), 1e-12); }
@@ -79,8 +77,8 @@ Tensor row_positions(const RoutePlan& plan, int64_t batch, int64_t seq, int64_t 
 // ---- ExpertLinear -------------------------------------------------------------
 
 ExpertLinear::ExpertLinear(int64_t experts, int64_t in_features, int64_t out_features, Generator& gen) {
-  HEADROOM_CHECK(experts > 0 && in_features > 0 && out_features > 0, "[ExpertLinear] sizes must be positive, got E=",
-                 experts, " in=", in_features, " out=", out_features);
+  HEADROOM_CHECK(experts > 0 && in_features > 0 && out_features > 0,
+                 "[ExpertLinear] sizes must be positive, got E=", experts, " in=", in_features, " out=", out_features);
   weight = register_parameter(
       "weight", xavier_uniform({experts, in_features, out_features}, in_features, out_features, 1.0, gen));
 }
@@ -94,15 +92,17 @@ Tensor ExpertLinear::forward(const Tensor& x_grouped, const RoutePlan& plan) con
 MoAAttention::MoAAttention(const MoAConfig& cfg, Generator& gen) : config(cfg), gen_(&gen) {
   if (config.kv_dim == 0) config.kv_dim = config.dim;
   const int64_t d = config.dim, E = config.num_experts, d_h = config.head_dim, d_kv = config.kv_dim;
-  HEADROOM_CHECK(d > 0 && E > 0 && d_h > 0 && d_kv > 0, "[MoAAttention] dim, num_experts, head_dim and kv_dim must "
-                 "be positive, got dim=", d, " num_experts=", E, " head_dim=", d_h, " kv_dim=", d_kv);
-  HEADROOM_CHECK(config.k >= 1 && config.k <= E, "[MoAAttention] k = ", config.k,
-                 " must lie in [1, num_experts = ", E, "]");
+  HEADROOM_CHECK(d > 0 && E > 0 && d_h > 0 && d_kv > 0,
+                 "[MoAAttention] dim, num_experts, head_dim and kv_dim must "
+                 "be positive, got dim=",
+                 d, " num_experts=", E, " head_dim=", d_h, " kv_dim=", d_kv);
+  HEADROOM_CHECK(config.k >= 1 && config.k <= E, "[MoAAttention] k = ", config.k, " must lie in [1, num_experts = ", E,
+                 "]");
   HEADROOM_CHECK(config.k < E || config.allow_full_routing, "[MoAAttention] k = num_experts = ", E,
                  ": every expert runs for every token, so nothing is routed; use a smaller k, or set "
                  "allow_full_routing");
-  HEADROOM_CHECK(config.sample_topk >= 0 && config.sample_topk <= config.k, "[MoAAttention] sample_topk = ",
-                 config.sample_topk, " must lie in [0, k = ", config.k, "]");
+  HEADROOM_CHECK(config.sample_topk >= 0 && config.sample_topk <= config.k,
+                 "[MoAAttention] sample_topk = ", config.sample_topk, " must lie in [0, k = ", config.k, "]");
   router = register_module("router", std::make_shared<Linear>(d, E, false, gen));
   if (config.noisy_gating) noise = register_module("noise", std::make_shared<Linear>(d, E, false, gen));
   k_proj = register_module("k_proj", std::make_shared<Linear>(d_kv, d_h, false, gen));
@@ -124,7 +124,7 @@ MoARouting MoAAttention::route_tokens(const Tensor& x_rows, const Tensor& query_
 MoARouting MoAAttention::route_logits(const Tensor& logits, const Tensor& x_rows, const Tensor& query_padding) {
   const int64_t rows = x_rows.size(0), E = config.num_experts, k = config.k;
   MoARouting r;
-  r.logits = logits;  // [N, E]
+  r.logits = logits;             // [N, E]
   if (noise && is_training()) {  // drawn on the host from the layer's stream, as on the CPU
     Tensor eps = Tensor::randn({rows, E}, *gen_, r.logits.dtype()).to(x_rows.device());
     r.logits = r.logits + eps * (softplus(noise->forward(x_rows)) + 0.01);
@@ -180,10 +180,10 @@ MoAAttention::Prepared MoAAttention::prepare(const AttentionInput& in) {
                  config.dim, "], got ", x.defined() ? shape_str(x.shape()) : "undefined");
   const int64_t B = x.size(0), T = x.size(1);
   check_rope("MoAAttention", rope(), config.head_dim);
-  HEADROOM_CHECK(!in.memory.defined() || (in.memory.dim() == 3 && in.memory.size(0) == B &&
-                                          in.memory.size(2) == config.kv_dim),
-                 "[MoAAttention] expected memory of shape [", B, ", S, ", config.kv_dim, "], got ",
-                 in.memory.defined() ? shape_str(in.memory.shape()) : "");
+  HEADROOM_CHECK(
+      !in.memory.defined() || (in.memory.dim() == 3 && in.memory.size(0) == B && in.memory.size(2) == config.kv_dim),
+      "[MoAAttention] expected memory of shape [", B, ", S, ", config.kv_dim, "], got ",
+      in.memory.defined() ? shape_str(in.memory.shape()) : "");
   Tensor pad;
   if (in.query_padding.defined()) {
     HEADROOM_CHECK(in.query_padding.dtype() == DType::b8 && in.query_padding.shape() == Shape({B, T}),
@@ -204,11 +204,14 @@ MoAAttention::Prepared MoAAttention::prepare(const AttentionInput& in) {
     const int64_t E = config.num_experts, d_h = config.head_dim;
     Tensor fused = linear(p.x_rows, cat({router->weight, k_proj->weight, v_proj->weight}, 0));  // [N, E + 2 d_h]
     p.routing = route_logits(fused.narrow(1, 0, E), p.x_rows, pad);
-    p.kv = headroom::keys_values(in, [&](const Tensor&) {  // [B, 1, T, d_h] each
-      // Column slices of the fused rows, viewed without a copy (the attention reads them in place).
-      auto head = [&](int64_t first) { return fused.narrow(1, first, d_h).view({B, 1, T, d_h}); };
-      return std::make_pair(head(E), head(E + d_h));
-    }, rope());
+    p.kv = headroom::keys_values(
+        in,
+        [&](const Tensor&) {  // [B, 1, T, d_h] each
+          // Column slices of the fused rows, viewed without a copy (the attention reads them in place).
+          auto head = [&](int64_t first) { return fused.narrow(1, first, d_h).view({B, 1, T, d_h}); };
+          return std::make_pair(head(E), head(E + d_h));
+        },
+        rope());
   }
   p.opts = attention_options(in, p.kv, config.attn_dropout, is_training());
   p.opts.scale = 1 / std::sqrt(double(config.head_dim));  // methods.md §2.3 step 7, applied inside the attention op
@@ -230,7 +233,7 @@ AttentionOutput MoAAttention::finish(const Prepared& p, const Tensor& out_rows) 
 AttentionOutput MoAAttention::forward(const AttentionInput& in) {
   Prepared p = prepare(in);
   RoutePlan plan = route(p.routing.indices, config.num_experts);
-  Tensor q_rows = gather_segment_matmul(p.x_rows, q_proj->weight, plan);             // [N*k, d_h]
+  Tensor q_rows = gather_segment_matmul(p.x_rows, q_proj->weight, plan);  // [N*k, d_h]
   if (rope().applies_to(in)) {
     const int64_t end = p.kv.past + p.seq_len;  // the new tokens' positions are past .. end-1
     q_rows = rotary_embedding_rows(q_rows, row_positions(plan, p.batch, p.seq_len, p.kv.past), end, config.rope_theta);
@@ -244,12 +247,12 @@ AttentionOutput MoAAttention::forward(const AttentionInput& in) {
 AttentionOutput MoAAttention::forward_dense_reference(const AttentionInput& in) {
   Prepared p = prepare(in);
   const int64_t B = p.batch, T = p.seq_len, E = config.num_experts, N = B * T;
-  Tensor q = matmul(p.x_rows, q_proj->weight);                                       // [E, N, d_h]
-  q = q.reshape({E, B, T, config.head_dim}).permute({1, 0, 2, 3});                   // [B, E, T, d_h]
+  Tensor q = matmul(p.x_rows, q_proj->weight);                      // [E, N, d_h]
+  q = q.reshape({E, B, T, config.head_dim}).permute({1, 0, 2, 3});  // [B, E, T, d_h]
   q = rotate_queries(in, p.kv, q, rope());
-  Tensor heads = attention(q, p.kv.k, p.kv.v, p.opts);                               // [B, E, T, d_h]
+  Tensor heads = attention(q, p.kv.k, p.kv.v, p.opts);                                              // [B, E, T, d_h]
   Tensor y = matmul(heads.permute({1, 0, 2, 3}).reshape({E, N, config.head_dim}), o_proj->weight);  // [E, N, d]
-  Tensor dense_gates = p.routing.chosen.t().unsqueeze(-1);                          // [E, N, 1]
+  Tensor dense_gates = p.routing.chosen.t().unsqueeze(-1);                                          // [E, N, 1]
   return finish(p, sum(y * dense_gates, {0}));
 }
 

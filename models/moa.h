@@ -66,17 +66,17 @@ class ExpertLinear : public Module {
  public:
   ExpertLinear(int64_t experts, int64_t in_features, int64_t out_features, Generator& gen = default_generator());
   Tensor forward(const Tensor& x_grouped, const RoutePlan& plan) const;  // [N*k, in] -> [N*k, out]
-  Tensor weight;  // [E, in, out]
+  Tensor weight;                                                         // [E, in, out]
 };
 
 // The routing decision of one call (methods.md §2.3 steps 2-4).
 struct MoARouting {
-  Tensor logits;    // z [N, E], noisy when noisy gating is on and training
-  Tensor probs;     // p [N, E], pad rows 0
-  Tensor indices;   // i32 [N, k]: the chosen experts, best first
-  Tensor gates;     // [N, k]: p at the chosen experts
-  Tensor chosen;    // [N, E]: the gates in place, p where an expert was chosen, else 0
-  Tensor counts;    // f32 [E]: c_e = (token, slot) pairs with gate > 0
+  Tensor logits;   // z [N, E], noisy when noisy gating is on and training
+  Tensor probs;    // p [N, E], pad rows 0
+  Tensor indices;  // i32 [N, k]: the chosen experts, best first
+  Tensor gates;    // [N, k]: p at the chosen experts
+  Tensor chosen;   // [N, E]: the gates in place, p where an expert was chosen, else 0
+  Tensor counts;   // f32 [E]: c_e = (token, slot) pairs with gate > 0
 };
 
 class MoAAttention : public Attention {

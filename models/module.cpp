@@ -16,8 +16,8 @@ void Module::check_new_name(const std::string& name, const char* kind) const {
       if (entry.first == name) return true;
     return false;
   };
-  HEADROOM_CHECK(!taken(parameters_) && !taken(buffers_) && !taken(children_), "[Module] cannot register ", kind,
-                 " '", name, "': the name is already used in this module");
+  HEADROOM_CHECK(!taken(parameters_) && !taken(buffers_) && !taken(children_), "[Module] cannot register ", kind, " '",
+                 name, "': the name is already used in this module");
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor value) {
@@ -106,11 +106,9 @@ void Module::load_state_dict(const NamedTensors& entries, bool strict) {
     auto it = given.find(name);
     if (it == given.end()) {
       missing.push_back(name);
-    } else if (it->second.defined() &&
-               (it->second.shape() != target.shape() || it->second.dtype() != target.dtype())) {
-      mismatched.push_back(detail::concat(name, " (checkpoint ", shape_str(it->second.shape()), " ",
-                                          it->second.dtype(), ", module ", shape_str(target.shape()), " ",
-                                          target.dtype(), ")"));
+    } else if (it->second.defined() && (it->second.shape() != target.shape() || it->second.dtype() != target.dtype())) {
+      mismatched.push_back(detail::concat(name, " (checkpoint ", shape_str(it->second.shape()), " ", it->second.dtype(),
+                                          ", module ", shape_str(target.shape()), " ", target.dtype(), ")"));
     }
   }
   for (const auto& entry : entries)
@@ -177,7 +175,8 @@ void Module::to(Device device) {
   for (auto& [name, t] : state_dict()) {
     if (t.device() == device) continue;
     Tensor source = t.detach();
-    if (!source.device().is_cpu() && !device.is_cpu()) source = source.to(Device::cpu());  // no direct device-to-device copy
+    if (!source.device().is_cpu() && !device.is_cpu())
+      source = source.to(Device::cpu());  // no direct device-to-device copy
     rebind(t, source.to(device));
   }
 }

@@ -17,11 +17,11 @@ namespace headroom {
 
 // What the router decided for N tokens.
 struct MoHAttention::Routing {
-  Tensor gates;   // [N, h]: every head's gate, 0 for inactive heads; differentiable
-  Tensor heads;   // i32 [N, h_s + K_r]: the active heads of each token, shared ones first
-  Tensor scores;  // r [N, E_r]: routed-head probabilities (undefined when K_r = 0)
-  Tensor mask;    // [N, E_r]: 1 for the selected routed heads (constant)
-  Tensor counted; // [N, 1]: 1 for the tokens the load balance averages over; undefined = all
+  Tensor gates;    // [N, h]: every head's gate, 0 for inactive heads; differentiable
+  Tensor heads;    // i32 [N, h_s + K_r]: the active heads of each token, shared ones first
+  Tensor scores;   // r [N, E_r]: routed-head probabilities (undefined when K_r = 0)
+  Tensor mask;     // [N, E_r]: 1 for the selected routed heads (constant)
+  Tensor counted;  // [N, 1]: 1 for the tokens the load balance averages over; undefined = all
 };
 
 namespace {
@@ -74,11 +74,13 @@ MoHAttention::MoHAttention(const MoHConfig& config_in, Generator& gen)
                  ") must be >= 0");
   HEADROOM_CHECK(shared + k <= h, "[MoHAttention] shared_heads + routed_k = ", shared, " + ", k,
                  " exceeds heads = ", h);
-  HEADROOM_CHECK(k > 0 || shared == h, "[MoHAttention] routed_k = 0 needs every head shared (shared_heads = heads = ",
-                 h, "), got shared_heads = ", shared);
+  HEADROOM_CHECK(k > 0 || shared == h,
+                 "[MoHAttention] routed_k = 0 needs every head shared (shared_heads = heads = ", h,
+                 "), got shared_heads = ", shared);
   HEADROOM_CHECK(cfg.beta >= 0, "[MoHAttention] beta must be >= 0, got ", cfg.beta);
-  HEADROOM_CHECK(shared + k < h || cfg.allow_full_routing, "[MoHAttention] shared_heads + routed_k = ", shared,
-                 " + ", k, " = heads: every head is active for every token, so nothing is routed (MHA at a higher "
+  HEADROOM_CHECK(shared + k < h || cfg.allow_full_routing, "[MoHAttention] shared_heads + routed_k = ", shared, " + ",
+                 k,
+                 " = heads: every head is active for every token, so nothing is routed (MHA at a higher "
                  "cost); use fewer shared or routed heads, or set allow_full_routing");
   aux_weight_ = cfg.beta;
   if (cfg.router == MoHConfig::Router::qnorm) return;
@@ -137,7 +139,7 @@ Tensor MoHAttention::routed_scores(const RouterLogits& logits, const Tensor& q) 
 Tensor MoHAttention::routed_gates(const Tensor& r, const Tensor& mask) const {
   const MoHConfig& c = moh_config;
   if (c.router == MoHConfig::Router::qnorm) {  // exactly 0/1; STE backward
-    Tensor surrogate = r - r.detach();           // 0 forward, ∂/∂r = 1
+    Tensor surrogate = r - r.detach();         // 0 forward, ∂/∂r = 1
     return mask + (c.ste == MoHConfig::Ste::all ? surrogate : mask * surrogate);
   }
   Tensor selected = r * mask;
@@ -148,7 +150,8 @@ Tensor MoHAttention::routed_gates(const Tensor& r, const Tensor& mask) const {
 
 Tensor MoHAttention::shared_gates(const RouterLogits& logits, const Tensor& x) const {
   const int64_t n = x.size(0), shared = moh_config.shared_heads;
-  if (!router_shared) return Tensor::ones({n, shared}, x.dtype(), x.device());  // qnorm, or the constant gate of h_s = 1
+  if (!router_shared)
+    return Tensor::ones({n, shared}, x.dtype(), x.device());  // qnorm, or the constant gate of h_s = 1
   Tensor s = softmax(logits.shared, -1);
   return moh_config.scaling == MoHConfig::GateScaling::code ? s * double(shared) : s;
 }
@@ -163,7 +166,7 @@ MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& 
   Tensor g_routed, chosen;
   if (k > 0) {
     routing.scores = routed_scores(logits, q);
-    chosen = topk(routing.scores.detach(), k).indices;  // [N, K_r] in [0, E_r)
+    chosen = topk(routing.scores.detach(), k).indices;        // [N, K_r] in [0, E_r)
     routing.mask = k_hot(chosen, routed_heads(), x.dtype());  // constant
     g_routed = routed_gates(routing.scores, routing.mask);
   }
@@ -217,8 +220,8 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   const bool qnorm = moh_config.router == MoHConfig::Router::qnorm;
   if (qnorm && moh_config.ste == MoHConfig::Ste::all) return forward_dense_reference(in);  // every H_i has a gradient
   const Tensor& x = in.x;
-  HEADROOM_CHECK(x.dim() == 3 && x.size(2) == config.dim, "[MoHAttention] expected x of shape [B, T, ",
-                 config.dim, "], got ", shape_str(x.shape()));
+  HEADROOM_CHECK(x.dim() == 3 && x.size(2) == config.dim, "[MoHAttention] expected x of shape [B, T, ", config.dim,
+                 "], got ", shape_str(x.shape()));
   const int64_t batch = x.size(0), seq = x.size(1), n = batch * seq, h = config.heads;
   Tensor tokens = x.reshape({n, config.dim});
   // Every head's query [B, h, T, d_h]: to route (qnorm, before rotation) or to rotate.
@@ -232,14 +235,14 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
 
   KeysValues kv = keys_values(in);  // every head: all tokens need them
   AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
-  Tensor rows = query_rows(tokens, rotate_queries(in, kv, q, rope()), plan, token_head_rows);  // [N*k, d_h]
+  Tensor rows = query_rows(tokens, rotate_queries(in, kv, q, rope()), plan, token_head_rows);      // [N*k, d_h]
   Tensor heads = routed_attention(rows, repeat_kv(kv.k, h), repeat_kv(kv.v, h), plan, seq, opts);  // [N*k, d_h]
   // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d],
   // each token's gates in slot order [N, k] applied as its rows are summed.
   Tensor w_out = o_proj->weight.t().reshape({h, head_dim, config.dim});
   Tensor slot_gates = index_select(routing.gates.reshape({n * h}), 0, slot_pairs).view(routing.heads.shape());
   Tensor out = segment_matmul_scatter(heads, w_out, plan, slot_gates);  // [N, d]
-  if (o_proj->bias.defined()) out = out + o_proj->bias;  // not gated
+  if (o_proj->bias.defined()) out = out + o_proj->bias;                 // not gated
   return finish(routing, out.reshape({batch, seq, config.dim}));
 }
 
@@ -278,14 +281,15 @@ int64_t MoHAttention::macs(int64_t T, int64_t S, bool causal) const {
     router = k > 0 ? T * routed_heads() * d_h : 0;  // the squared norms
     if (moh_config.ste == MoHConfig::Ste::all) return MultiHeadAttention::macs(T, S, causal) + router;  // dense
   } else {
-    const int64_t router_rows = (k > 0 ? routed_heads() : 0) + (shared > 1 ? shared : 0) + (shared > 0 && k > 0 ? 2 : 0);
+    const int64_t router_rows =
+        (k > 0 ? routed_heads() : 0) + (shared > 1 ? shared : 0) + (shared > 0 && k > 0 ? 2 : 0);
     router = T * d * router_rows;
   }
   return kv_macs + queries + core + out + router;
 }
 
-std::shared_ptr<MoHAttention> moh_from_mha(const MultiHeadAttention& dense, int64_t shared_heads,
-                                           int64_t routed_k, bool allow_full_routing) {
+std::shared_ptr<MoHAttention> moh_from_mha(const MultiHeadAttention& dense, int64_t shared_heads, int64_t routed_k,
+                                           bool allow_full_routing) {
   MoHConfig cfg;
   cfg.mha = dense.config;
   cfg.shared_heads = shared_heads;

@@ -61,14 +61,14 @@ struct MoHConfig {
   enum class GateScaling { code, paper };
   enum class Router { learned, qnorm };
   enum class LoadBalance { code, paper };
-  enum class Ste { selected, all };                 // qnorm router's estimator (above)
+  enum class Ste { selected, all };                // qnorm router's estimator (above)
   enum class BalancePadding { include, exclude };  // which query tokens the load balance averages over
 
-  MHAConfig mha;                // d, h, h_kv, bias, attention dropout, d_h, RoPE
+  MHAConfig mha;  // d, h, h_kv, bias, attention dropout, d_h, RoPE
   // -1 (the default): a quarter of the heads each, at least 1, so half the
   // heads are active per token (h = 4: 1 shared + top-1 of 3 routed).
-  int64_t shared_heads = -1;    // h_s: heads 0 .. h_s-1 are always active
-  int64_t routed_k = -1;        // K_r: routed heads per token (0: every head shared, h_s = h)
+  int64_t shared_heads = -1;  // h_s: heads 0 .. h_s-1 are always active
+  int64_t routed_k = -1;      // K_r: routed heads per token (0: every head shared, h_s = h)
   GateScaling scaling = GateScaling::code;
   Router router = Router::learned;
   LoadBalance load_balance = LoadBalance::code;
@@ -132,7 +132,7 @@ class MoHAttention : public MultiHeadAttention {
 // A MoH layer with the dense layer's weights (copied) and configuration
 // (head width, RoPE), the first h_s heads shared and the qnorm router
 // choosing K_r of the others per token.
-std::shared_ptr<MoHAttention> moh_from_mha(const MultiHeadAttention& dense, int64_t shared_heads,
-                                           int64_t routed_k, bool allow_full_routing = false);
+std::shared_ptr<MoHAttention> moh_from_mha(const MultiHeadAttention& dense, int64_t shared_heads, int64_t routed_k,
+                                           bool allow_full_routing = false);
 
 }  // namespace headroom

@@ -24,8 +24,8 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
     const Tensor& p = params_[i];
     HEADROOM_CHECK(p.defined(), "[", name_, "] parameter ", i, " is undefined");
     check_floating(name_, p, "parameter");
-    HEADROOM_CHECK(p.is_leaf() && p.is_contiguous(), "[", name_, "] parameter ", i, " of shape ",
-                   shape_str(p.shape()), " must be a contiguous leaf tensor");
+    HEADROOM_CHECK(p.is_leaf() && p.is_contiguous(), "[", name_, "] parameter ", i, " of shape ", shape_str(p.shape()),
+                   " must be a contiguous leaf tensor");
   }
   set_lr(lr);
 }
@@ -163,10 +163,12 @@ void Adam::step() {
     using T = decltype(type);
     const Tensor& param = params()[i];
     const double t = ++state_tensor("step", i).data<double>()[0];
-    const kernels::AdamUpdate update = kernels::AdamUpdate::at(t, lr(), beta1_, beta2_, eps_, weight_decay_, decoupled_);
+    const kernels::AdamUpdate update =
+        kernels::AdamUpdate::at(t, lr(), beta1_, beta2_, eps_, weight_decay_, decoupled_);
     const Tensor& exp_avg = state_tensor("exp_avg", i);
     const Tensor& exp_avg_sq = state_tensor("exp_avg_sq", i);
-    if (!param.device().is_cpu()) return kernels::device_kernels(param).optim->adam(param, grad, exp_avg, exp_avg_sq, update);
+    if (!param.device().is_cpu())
+      return kernels::device_kernels(param).optim->adam(param, grad, exp_avg, exp_avg_sq, update);
     T* p = param.data<T>();
     const T* g = grad.data<T>();
     T* m = exp_avg.data<T>();
@@ -193,8 +195,7 @@ void for_each_element(const Tensor& t, Fn&& fn) {
 }  // namespace
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  HEADROOM_CHECK(max_norm > 0 && std::isfinite(max_norm), "[clip_grad_norm] max_norm must be positive, got ",
-                 max_norm);
+  HEADROOM_CHECK(max_norm > 0 && std::isfinite(max_norm), "[clip_grad_norm] max_norm must be positive, got ", max_norm);
   std::vector<Tensor> grads;
   for (const Tensor& p : params) {
     Tensor g = p.defined() ? p.grad() : Tensor();
@@ -205,14 +206,18 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   check_same_device("clip_grad_norm", grads);
   const bool on_device = !grads.empty() && !grads[0].device().is_cpu();
   double sum_squares = 0;
-  if (on_device) sum_squares = kernels::device_kernels(grads[0]).optim->sum_of_squares(grads).item();  // the step's one sync: the norm is returned
-  else for (const Tensor& g : grads) for_each_element(g, [&](auto x) { sum_squares += double(x) * double(x); });
+  if (on_device)
+    sum_squares = kernels::device_kernels(grads[0]).optim->sum_of_squares(grads).item();  // the step's one sync: the
+                                                                                          // norm is returned
+  else
+    for (const Tensor& g : grads) for_each_element(g, [&](auto x) { sum_squares += double(x) * double(x); });
   const double norm = std::sqrt(sum_squares);
   const double scale = max_norm / (norm + 1e-6);
   if (!std::isfinite(norm) || scale >= 1) return norm;
   for (const Tensor& g : grads) {
     if (on_device) kernels::device_kernels(g).optim->scale_(g, scale);
-    else for_each_element(g, [&](auto& x) { x = static_cast<std::remove_reference_t<decltype(x)>>(double(x) * scale); });
+    else
+      for_each_element(g, [&](auto& x) { x = static_cast<std::remove_reference_t<decltype(x)>>(double(x) * scale); });
     g.bump_version();
   }
   return norm;

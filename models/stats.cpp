@@ -6,7 +6,6 @@
 #include <functional>
 #include <sstream>
 
-
 #include "headroom/core/atomic_file.h"
 #include "headroom/core/json.h"
 
@@ -54,8 +53,8 @@ LayerBatch read_layer(const RoutingStats& stats, int64_t layer, int64_t rows) {
   if (stats.indices.defined()) {
     const Tensor& idx = stats.indices;
     check_dtype("RoutingRecorder", idx, DType::i32, "indices");
-    HEADROOM_CHECK(idx.dim() == 2 && idx.size(0) == g.size(0) && idx.size(1) > 0, "[RoutingRecorder] layer ",
-                   layer, ": indices ", shape_str(idx.shape()), ", expected [N, k] with N = ", g.size(0),
+    HEADROOM_CHECK(idx.dim() == 2 && idx.size(0) == g.size(0) && idx.size(1) > 0, "[RoutingRecorder] layer ", layer,
+                   ": indices ", shape_str(idx.shape()), ", expected [N, k] with N = ", g.size(0),
                    " (the gates' rows) and k > 0");
     batch.k = idx.size(1);
     batch.indices = idx.to_vector<int32_t>();
@@ -143,8 +142,8 @@ void RoutingRecorder::Layer::widen_histograms(double gate, int64_t bins) {
 }
 
 void RoutingRecorder::add(const std::vector<RoutingStats>& stats, const Tensor& tokens, const Tensor& valid) {
-  HEADROOM_CHECK(layers_.empty() || stats.size() == layers_.size(), "[RoutingRecorder] got stats of ",
-                 stats.size(), " layers, expected ", layers_.size(), " as in the earlier adds");
+  HEADROOM_CHECK(layers_.empty() || stats.size() == layers_.size(), "[RoutingRecorder] got stats of ", stats.size(),
+                 " layers, expected ", layers_.size(), " as in the earlier adds");
   const std::vector<int32_t> token_ids = read_rows<int32_t>(tokens, DType::i32, "tokens");
   const std::vector<uint8_t> valid_rows = read_rows<uint8_t>(valid, DType::b8, "valid");
   HEADROOM_CHECK(!tokens.defined() || !valid.defined() || token_ids.size() == valid_rows.size(),
@@ -324,7 +323,7 @@ void RoutingRecorder::write_json(const std::string& path, int64_t pmi_top, int64
     }));
   }
   const std::string text = json_object({{"histogram_bins", int_text(bins_)},
-                                         {"layers", json_list(layer_texts, [](const std::string& s) { return s; })}});
+                                        {"layers", json_list(layer_texts, [](const std::string& s) { return s; })}});
   write_file_atomically(path, text + "\n", "RoutingRecorder");
 }
 

@@ -84,21 +84,21 @@ class RoutingRecorder {
   double density(int64_t layer, int64_t expert) const;
   double mean_gate(int64_t layer, int64_t expert) const;
   int64_t count(int64_t layer, int64_t expert) const;
-  std::vector<int64_t> histogram(int64_t layer, int64_t expert) const;  // [histogram_bins]
+  std::vector<int64_t> histogram(int64_t layer, int64_t expert) const;      // [histogram_bins]
   int64_t token_count(int64_t layer, int32_t token, int64_t expert) const;  // n(w, e)
-  double max_gate(int64_t layer) const;  // upper end of the layer's histogram range
-  int64_t tokens(int64_t layer) const;   // valid rows recorded
-  int64_t experts(int64_t layer) const;  // 0 for a layer without routing stats
-  int64_t layers() const;                // stats.size() of the adds (0 before the first)
+  double max_gate(int64_t layer) const;                                     // upper end of the layer's histogram range
+  int64_t tokens(int64_t layer) const;                                      // valid rows recorded
+  int64_t experts(int64_t layer) const;                                     // 0 for a layer without routing stats
+  int64_t layers() const;  // stats.size() of the adds (0 before the first)
 
  private:
   struct Layer {
     int64_t experts = 0;  // 0 until routing stats arrive
     int64_t tokens = 0;
-    std::vector<int64_t> counts;      // [E]
-    std::vector<double> gate_sums;    // [E], over selected pairs
+    std::vector<int64_t> counts;    // [E]
+    std::vector<double> gate_sums;  // [E], over selected pairs
     double max_gate = 1;
-    std::vector<int64_t> histograms;  // [E, bins]
+    std::vector<int64_t> histograms;                       // [E, bins]
     std::map<int32_t, std::vector<int64_t>> token_counts;  // w -> n(w, ·) [E]
 
     void widen_histograms(double gate, int64_t bins);

@@ -41,8 +41,10 @@ Tensor training_loss(const Tensor& task_mean_loss, const std::vector<AuxLoss>& a
 }
 
 Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dtype, Device device) {
-  HEADROOM_CHECK(dim > 0 && dim % 2 == 0 && start >= 0 && length >= 0, "[sinusoidal_positions] expected an even dim > 0 "
-                 "and start, length >= 0, got dim ", dim, ", start ", start, ", length ", length);
+  HEADROOM_CHECK(dim > 0 && dim % 2 == 0 && start >= 0 && length >= 0,
+                 "[sinusoidal_positions] expected an even dim > 0 "
+                 "and start, length >= 0, got dim ",
+                 dim, ", start ", start, ", length ", length);
   std::vector<double> table(length * dim);
   for (int64_t p = 0; p < length; ++p)
     for (int64_t i = 0; i < dim / 2; ++i) {
@@ -134,9 +136,7 @@ void init_normal(const Tensor& param, double stddev, Generator& gen) {
   param.detach().copy_(Tensor::randn(param.shape(), gen, param.dtype(), 0, stddev));
 }
 
-void check_config(bool ok, const char* model, const char* what) {
-  HEADROOM_CHECK(ok, "[", model, "] config: ", what);
-}
+void check_config(bool ok, const char* model, const char* what) { HEADROOM_CHECK(ok, "[", model, "] config: ", what); }
 }  // namespace
 
 TokenEmbedding::TokenEmbedding(const ModelConfig& cfg, int64_t vocab, Generator& gen) : config(cfg) {
@@ -261,8 +261,8 @@ std::shared_ptr<Linear> make_lm_head(Module& model, const ModelConfig& config, G
 // Embeds the target tokens after the cache's position, runs the decoder
 // stack and projects to the vocabulary (tied or untied head).
 ModelOutput run_decoder(const TokenEmbedding& embed, TransformerStack& decoder, const Linear* lm_head,
-                        const Tensor& tokens, const Tensor& padding, const Tensor& memory,
-                        const Tensor& memory_padding, DecoderCache* cache) {
+                        const Tensor& tokens, const Tensor& padding, const Tensor& memory, const Tensor& memory_padding,
+                        DecoderCache* cache) {
   HEADROOM_CHECK(!(cache && padding.defined()), "[decoder] incremental decoding takes no target padding");
   const int64_t start = cache ? cache->position : 0;
   BlockInput in(embed.forward(tokens, start), padding, memory, memory_padding);
@@ -272,8 +272,8 @@ ModelOutput run_decoder(const TokenEmbedding& embed, TransformerStack& decoder, 
   return result;
 }
 
-std::string describe_model(const std::string& name, const ModelConfig& c, const std::string& shape,
-                           int64_t parameters, int64_t macs, const std::string& macs_at, const std::string& layers) {
+std::string describe_model(const std::string& name, const ModelConfig& c, const std::string& shape, int64_t parameters,
+                           int64_t macs, const std::string& macs_at, const std::string& layers) {
   std::ostringstream os;
   os << name << ": " << shape << ", d " << c.dim << ", ffn " << c.ffn_hidden << ", "
      << (c.norm == NormPlacement::pre ? "pre-LN" : "post-LN") << "; " << parameters << " parameters; " << macs
@@ -287,9 +287,9 @@ std::string describe_model(const std::string& name, const ModelConfig& c, const 
 
 DecoderLM::DecoderLM(const ModelConfig& cfg, Generator& gen, const AttentionFactory& factory) : config(cfg) {
   embed = register_module("embed", std::make_shared<TokenEmbedding>(config, config.vocab, gen));
-  decoder = register_module("decoder", std::make_shared<TransformerStack>(
-                                           config, config.decoder_layers, AttentionRole::decoder_self, false,
-                                           factory_or_default(factory, config, gen), gen));
+  decoder = register_module(
+      "decoder", std::make_shared<TransformerStack>(config, config.decoder_layers, AttentionRole::decoder_self, false,
+                                                    factory_or_default(factory, config, gen), gen));
   lm_head = make_lm_head(*this, config, gen);
   finish_attention(*this, config, bool(factory), {{decoder.get(), AttentionRole::decoder_self}});
 }
@@ -301,23 +301,24 @@ ModelOutput DecoderLM::forward(const Tensor& tokens, const Tensor& padding, Deco
 int64_t DecoderLM::forward_macs(int64_t T) const { return decoder->macs(T, T) + T * config.dim * config.vocab; }
 
 std::string DecoderLM::describe(int64_t T) const {
-  return describe_model("DecoderLM", config,
-                        "vocab " + std::to_string(config.vocab) + ", " + std::to_string(config.decoder_layers) + " layers",
-                        num_parameters(), forward_macs(T), "at T = " + std::to_string(T),
-                        decoder->describe_layers("decoder", T, T));
+  return describe_model(
+      "DecoderLM", config,
+      "vocab " + std::to_string(config.vocab) + ", " + std::to_string(config.decoder_layers) + " layers",
+      num_parameters(), forward_macs(T), "at T = " + std::to_string(T), decoder->describe_layers("decoder", T, T));
 }
 
 // ---- EncoderDecoder ----------------------------------------------------------------------
 
-EncoderDecoder::EncoderDecoder(const ModelConfig& cfg, Generator& gen, const AttentionFactory& factory)
-    : config(cfg) {
+EncoderDecoder::EncoderDecoder(const ModelConfig& cfg, Generator& gen, const AttentionFactory& factory) : config(cfg) {
   AttentionFactory make = factory_or_default(factory, config, gen);
   src_embed = register_module("src_embed", std::make_shared<TokenEmbedding>(config, config.source_vocab(), gen));
   tgt_embed = register_module("tgt_embed", std::make_shared<TokenEmbedding>(config, config.vocab, gen));
-  encoder = register_module("encoder", std::make_shared<TransformerStack>(config, config.encoder_layers,
-                                                                         AttentionRole::encoder_self, false, make, gen));
-  decoder = register_module("decoder", std::make_shared<TransformerStack>(config, config.decoder_layers,
-                                                                         AttentionRole::decoder_self, true, make, gen));
+  encoder = register_module(
+      "encoder",
+      std::make_shared<TransformerStack>(config, config.encoder_layers, AttentionRole::encoder_self, false, make, gen));
+  decoder = register_module(
+      "decoder",
+      std::make_shared<TransformerStack>(config, config.decoder_layers, AttentionRole::decoder_self, true, make, gen));
   lm_head = make_lm_head(*this, config, gen);
   finish_attention(*this, config, bool(factory),
                    {{encoder.get(), AttentionRole::encoder_self}, {decoder.get(), AttentionRole::decoder_self}});
@@ -337,19 +338,19 @@ int64_t EncoderDecoder::forward_macs(int64_t S, int64_t T) const {
 }
 
 std::string EncoderDecoder::describe(int64_t S, int64_t T) const {
-  return describe_model("EncoderDecoder", config,
-                        "vocab " + std::to_string(config.source_vocab()) + " -> " + std::to_string(config.vocab) + ", " +
-                            std::to_string(config.encoder_layers) + "+" + std::to_string(config.decoder_layers) +
-                            " layers",
-                        num_parameters(), forward_macs(S, T), "at S = " + std::to_string(S) + ", T = " + std::to_string(T),
-                        encoder->describe_layers("encoder", S, S) + decoder->describe_layers("decoder", T, S));
+  return describe_model(
+      "EncoderDecoder", config,
+      "vocab " + std::to_string(config.source_vocab()) + " -> " + std::to_string(config.vocab) + ", " +
+          std::to_string(config.encoder_layers) + "+" + std::to_string(config.decoder_layers) + " layers",
+      num_parameters(), forward_macs(S, T), "at S = " + std::to_string(S) + ", T = " + std::to_string(T),
+      encoder->describe_layers("encoder", S, S) + decoder->describe_layers("decoder", T, S));
 }
 
 // ---- ViT -------------------------------------------------------------------------------------
 
 ViT::ViT(const ModelConfig& cfg, Generator& gen, const AttentionFactory& factory) : config(cfg) {
-  check_config(config.patch_size > 0 && config.image_size % config.patch_size == 0 && config.image_size > 0,
-               "ViT", "image_size must be a positive multiple of patch_size");
+  check_config(config.patch_size > 0 && config.image_size % config.patch_size == 0 && config.image_size > 0, "ViT",
+               "image_size must be a positive multiple of patch_size");
   check_config(config.channels > 0 && config.classes > 0, "ViT", "channels and classes must be positive");
   const int64_t patch_width = config.channels * config.patch_size * config.patch_size;
   patch_embed = register_module("patch_embed", std::make_shared<Linear>(patch_width, config.dim, true, gen));
@@ -361,9 +362,9 @@ ViT::ViT(const ModelConfig& cfg, Generator& gen, const AttentionFactory& factory
   pos_embed = register_parameter("pos_embed", Tensor::zeros({num_patches() + with_cls, config.dim}));
   init_normal(pos_embed, 0.02, gen);
   drop = register_module("drop", std::make_shared<Dropout>(config.dropout, gen));
-  encoder = register_module("encoder", std::make_shared<TransformerStack>(config, config.encoder_layers,
-                                                                         AttentionRole::encoder_self, false,
-                                                                         factory_or_default(factory, config, gen), gen));
+  encoder = register_module(
+      "encoder", std::make_shared<TransformerStack>(config, config.encoder_layers, AttentionRole::encoder_self, false,
+                                                    factory_or_default(factory, config, gen), gen));
   head = register_module("head", std::make_shared<Linear>(config.dim, config.classes, true, gen));
   finish_attention(*this, config, bool(factory), {{encoder.get(), AttentionRole::encoder_self}});
 }
@@ -395,9 +396,9 @@ int64_t ViT::forward_macs() const {
 
 std::string ViT::describe() const {
   return describe_model("ViT", config,
-                        std::to_string(config.image_size) + "px / " + std::to_string(config.patch_size) + "px patches, " +
-                            std::to_string(config.encoder_layers) + " layers, " + std::to_string(config.classes) +
-                            " classes",
+                        std::to_string(config.image_size) + "px / " + std::to_string(config.patch_size) +
+                            "px patches, " + std::to_string(config.encoder_layers) + " layers, " +
+                            std::to_string(config.classes) + " classes",
                         num_parameters(), forward_macs(), "per image",
                         encoder->describe_layers("encoder", pos_embed.size(0), pos_embed.size(0)));
 }

@@ -64,14 +64,17 @@ struct DecoderCache {
 // ---- the block ----------------------------------------------------------------
 
 struct BlockInput {
-  explicit BlockInput(Tensor x_, Tensor padding_ = Tensor(), Tensor memory_ = Tensor(), Tensor memory_padding_ = Tensor())
-      : x(std::move(x_)), padding(std::move(padding_)), memory(std::move(memory_)),
+  explicit BlockInput(Tensor x_, Tensor padding_ = Tensor(), Tensor memory_ = Tensor(),
+                      Tensor memory_padding_ = Tensor())
+      : x(std::move(x_)),
+        padding(std::move(padding_)),
+        memory(std::move(memory_)),
         memory_padding(std::move(memory_padding_)) {}
-  Tensor x;               // [B, T, d]
-  Tensor padding;         // b8 [B, T], 1 = padded token (query padding and self-attention key padding)
-  Tensor memory;          // [B, S, d] encoder output, for blocks with cross-attention
-  Tensor memory_padding;  // b8 [B, S]
-  AttentionCache* self_cache = nullptr;   // incremental decoding: x holds only the new tokens
+  Tensor x;                              // [B, T, d]
+  Tensor padding;                        // b8 [B, T], 1 = padded token (query padding and self-attention key padding)
+  Tensor memory;                         // [B, S, d] encoder output, for blocks with cross-attention
+  Tensor memory_padding;                 // b8 [B, S]
+  AttentionCache* self_cache = nullptr;  // incremental decoding: x holds only the new tokens
   AttentionCache* cross_cache = nullptr;
 };
 
@@ -108,7 +111,7 @@ class TokenEmbedding : public Module {
  public:
   TokenEmbedding(const ModelConfig& config, int64_t vocab, Generator& gen);
   Tensor forward(const Tensor& tokens, int64_t start = 0) const;  // i32 [B, T] -> [B, T, d]
-  std::shared_ptr<Embedding> tokens, positions;  // positions: learned only
+  std::shared_ptr<Embedding> tokens, positions;                   // positions: learned only
   std::shared_ptr<Dropout> drop;
   ModelConfig config;
 

@@ -14,13 +14,13 @@
 namespace headroom {
 
 struct AttentionOptions {
-  double scale = 0;            // 0 means 1/sqrt(d_h)
+  double scale = 0;  // 0 means 1/sqrt(d_h)
   bool causal = false;
-  int64_t causal_offset = 0;   // query t sits at absolute position t + causal_offset (KV cache):
-                               // key s is visible to query t iff s <= t + causal_offset
-  Tensor key_padding_mask;     // b8 [B, S], 1 = padded key (never attended); undefined = none
-  double dropout = 0;          // drop probability on the attention probabilities, in [0, 1).
-                               // Applied whenever > 0: pass 0 for evaluation.
+  int64_t causal_offset = 0;       // query t sits at absolute position t + causal_offset (KV cache):
+                                   // key s is visible to query t iff s <= t + causal_offset
+  Tensor key_padding_mask;         // b8 [B, S], 1 = padded key (never attended); undefined = none
+  double dropout = 0;              // drop probability on the attention probabilities, in [0, 1).
+                                   // Applied whenever > 0: pass 0 for evaluation.
   Generator* generator = nullptr;  // dropout stream (default_generator() when null)
 };
 // A query that sees no key (all padded, or causal_offset hiding every key)
@@ -44,7 +44,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
 //   k, v [B, h_kv, S, d_h] → [plan.rows(), d_h], rows in the same order.
 // Equal to attention() on the same queries, restricted to the selected pairs
 // (dropout included: the mask index uses (b, head, t, s) as above).
-Tensor routed_attention(const Tensor& q_rows, const Tensor& k, const Tensor& v, const RoutePlan& plan,
-                        int64_t seq_len, const AttentionOptions& opts = {});
+Tensor routed_attention(const Tensor& q_rows, const Tensor& k, const Tensor& v, const RoutePlan& plan, int64_t seq_len,
+                        const AttentionOptions& opts = {});
 
 }  // namespace headroom

@@ -14,16 +14,13 @@ namespace headroom {
 namespace {
 
 // A double operand as a 0-d tensor of the other operand's dtype and device.
-Tensor scalar_like(double value, const Tensor& like) {
-  return Tensor::full({}, value, like.dtype(), like.device());
-}
+Tensor scalar_like(double value, const Tensor& like) { return Tensor::full({}, value, like.dtype(), like.device()); }
 
 // The inputs of a binary op share a device and a dtype; returns their broadcast shape.
 Shape check_pair(const char* op, const Tensor& a, const Tensor& b) {
   check_same_device(op, {a, b});
-  HEADROOM_CHECK(a.dtype() == b.dtype(), "[", op, "] dtypes differ: ", a.dtype(), " and ", b.dtype(),
-                 " (shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
-                 "); convert one with .to(dtype)");
+  HEADROOM_CHECK(a.dtype() == b.dtype(), "[", op, "] dtypes differ: ", a.dtype(), " and ", b.dtype(), " (shapes ",
+                 shape_str(a.shape()), " and ", shape_str(b.shape()), "); convert one with .to(dtype)");
   return broadcast_shapes(a.shape(), b.shape(), op);
 }
 
@@ -71,13 +68,12 @@ Tensor unary_op(const char* name, cpu::UnaryOp op, const Tensor& x, cpu::UnaryAr
   if (!x.device().is_cpu()) kernels::device_kernels(x).elementwise->unary(op, args, x, out);
   else cpu::unary(op, args, x, out);
   // dx = f'(x) ⊙ g (cpu::unary_grad holds each f')
-  autograd::record(out, name, {x}, {x},
-                   [op, args](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-                     Tensor grad = Tensor::empty(g.shape(), g.dtype(), g.device());
-                     if (!g.device().is_cpu()) kernels::device_kernels(g).elementwise->unary_grad(op, args, s[0], g, grad);
-                     else cpu::unary_grad(op, args, s[0], g, grad);
-                     grads.add(0, grad);
-                   });
+  autograd::record(out, name, {x}, {x}, [op, args](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+    Tensor grad = Tensor::empty(g.shape(), g.dtype(), g.device());
+    if (!g.device().is_cpu()) kernels::device_kernels(g).elementwise->unary_grad(op, args, s[0], g, grad);
+    else cpu::unary_grad(op, args, s[0], g, grad);
+    grads.add(0, grad);
+  });
   return out;
 }
 
@@ -114,19 +110,15 @@ void add_(const Tensor& target, const Tensor& other) {
   HEADROOM_CHECK(target.shape() == other.shape(), "[add_] expected an addend of the target's shape, got ",
                  shape_str(target.shape()), " and ", shape_str(other.shape()));
   for (int d = 0; d < target.dim(); ++d)
-    HEADROOM_CHECK(target.stride(d) != 0 || target.size(d) == 1, "[add_] target of shape ",
-                   shape_str(target.shape()), " is expanded (stride 0 in dimension ", d, "); use add");
+    HEADROOM_CHECK(target.stride(d) != 0 || target.size(d) == 1, "[add_] target of shape ", shape_str(target.shape()),
+                   " is expanded (stride 0 in dimension ", d, "); use add");
   check_inplace_allowed("add_", target);
   check_floating("add_", target);
   // Element i reads target[i] before writing it, so the aliasing is safe.
   accumulate_elements(other, target);
 }
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary_op("maximum", cpu::BinaryOp::maximum, a, b);
-}
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary_op("minimum", cpu::BinaryOp::minimum, a, b);
-}
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op("maximum", cpu::BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op("minimum", cpu::BinaryOp::minimum, a, b); }
 
 // The overloads with a double operand: it becomes a 0-d tensor of the other
 // operand's dtype.  The operators call the named ops.
@@ -135,7 +127,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 #define DOUBLE_ON_EITHER_SIDE(op) \
   DOUBLE_ON_RIGHT(op)             \
   Tensor op(double a, const Tensor& b) { return op(scalar_like(a, b), b); }
-#define OPERATOR(symbol, op)                                                        \
+#define OPERATOR(symbol, op)                                                    \
   Tensor operator symbol(const Tensor& a, const Tensor& b) { return op(a, b); } \
   Tensor operator symbol(const Tensor& a, double b) { return op(a, b); }        \
   Tensor operator symbol(double a, const Tensor& b) { return op(a, b); }

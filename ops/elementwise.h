@@ -63,14 +63,14 @@ Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);          // 1 / (1 + exp(-x))
-Tensor relu(const Tensor& x);             // max(x, 0); gradient 0 at 0
+Tensor sigmoid(const Tensor& x);  // 1 / (1 + exp(-x))
+Tensor relu(const Tensor& x);     // max(x, 0); gradient 0 at 0
 // PyTorch's two forms: erf (approximate='none'): x * Phi(x), Phi the normal CDF;
 // tanh (approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 enum class GeluApprox { erf, tanh };
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::erf);
-Tensor silu(const Tensor& x);             // x * sigmoid(x)
-Tensor abs(const Tensor& x);              // gradient sign(x), 0 at 0
+Tensor silu(const Tensor& x);  // x * sigmoid(x)
+Tensor abs(const Tensor& x);   // gradient sign(x), 0 at 0
 // min(max(x, min), max), min <= max; the gradient is 1 on [min, max] and 0 outside.
 Tensor clamp(const Tensor& x, double min, double max);
 

@@ -50,8 +50,7 @@ Shape squeeze_promotions(Shape promoted, const Tensor& a, const Tensor& b) {
 // cblas reads a [rows, cols] matrix with strides (row_stride, col_stride) in
 // place when one of the two strides is 1 (a row-major matrix or the transpose
 // of one); the stride of a size-1 dimension never matters.
-bool blas_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
-                 cpu::MatrixLayout& layout) {
+bool blas_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, cpu::MatrixLayout& layout) {
   if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= std::max<int64_t>(1, cols))) {
     layout = {false, rows == 1 ? std::max<int64_t>(1, cols) : row_stride};
     return true;
@@ -86,8 +85,8 @@ Strides batch_strides(const Tensor& t, const Shape& batch) {
 
 // out = a · b (+ bias on every row) on a's device, matrix by matrix of the
 // broadcast batch.   a: [..., M, K]   b: [..., K, N]   out: [batch..., M, N] contiguous
-void run_batched_gemm(const Tensor& a, const cpu::MatrixLayout& la, const Tensor& b,
-                      const cpu::MatrixLayout& lb, const Tensor& bias, const Tensor& out) {
+void run_batched_gemm(const Tensor& a, const cpu::MatrixLayout& la, const Tensor& b, const cpu::MatrixLayout& lb,
+                      const Tensor& bias, const Tensor& out) {
   const Shape batch = batch_of(out);
   std::vector<int64_t> a_offsets, b_offsets;  // of each matrix, from a's and b's first elements
   for_each_offset2(batch, batch_strides(a, batch), 0, batch_strides(b, batch), 0,
@@ -134,8 +133,8 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& bias) {
 void check_operands(const char* op, const std::vector<Tensor>& inputs) {
   check_floating(op, inputs[0]);
   for (const Tensor& t : inputs)
-    HEADROOM_CHECK(t.dtype() == inputs[0].dtype(), "[", op, "] expected inputs of one dtype, got ",
-                   inputs[0].dtype(), " and ", t.dtype());
+    HEADROOM_CHECK(t.dtype() == inputs[0].dtype(), "[", op, "] expected inputs of one dtype, got ", inputs[0].dtype(),
+                   " and ", t.dtype());
   check_same_device(op, inputs);
 }
 
@@ -150,17 +149,15 @@ bool batches_broadcast(const Tensor& a2, const Tensor& b2) {
 }
 
 void check_matmul(const Tensor& a, const Tensor& b) {
-  HEADROOM_CHECK(a.dim() >= 1 && b.dim() >= 1, "[matmul] both inputs need at least 1 dimension, got shapes ",
-                 a.shape(), " and ", b.shape());
+  HEADROOM_CHECK(a.dim() >= 1 && b.dim() >= 1, "[matmul] both inputs need at least 1 dimension, got shapes ", a.shape(),
+                 " and ", b.shape());
   check_operands("matmul", {a, b});
   const int64_t k = b.dim() == 1 ? b.size(0) : b.size(-2);
-  HEADROOM_CHECK(a.size(-1) == k, "[matmul] last dimension of first input with shape ", a.shape(),
-                 " must match ",
+  HEADROOM_CHECK(a.size(-1) == k, "[matmul] last dimension of first input with shape ", a.shape(), " must match ",
                  b.dim() == 1 ? "the size of the 1-D second input" : "second-to-last dimension of second input",
                  " with shape ", b.shape());
-  HEADROOM_CHECK(batches_broadcast(promote_first(a), promote_second(b)),
-                 "[matmul] batch dimensions of shapes ", a.shape(), " and ", b.shape(),
-                 " cannot be broadcast together");
+  HEADROOM_CHECK(batches_broadcast(promote_first(a), promote_second(b)), "[matmul] batch dimensions of shapes ",
+                 a.shape(), " and ", b.shape(), " cannot be broadcast together");
 }
 
 // dB = Aᵀ · g, summed over the batch dimensions b was broadcast along.
@@ -197,8 +194,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   autograd::record(out, "matmul", {a, b}, {a, b},
                    [](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
                      Tensor a2 = promote_first(s[0]), b2 = promote_second(s[1]);  // [..., M, K], [..., K, N]
-                     Tensor g2 = g.reshape(promoted_out_shape(a2, b2));          // [batch..., M, N]
-                     if (grads.wants(0))  // dA = g · Bᵀ   [..., M, K]
+                     Tensor g2 = g.reshape(promoted_out_shape(a2, b2));           // [batch..., M, N]
+                     if (grads.wants(0))                                          // dA = g · Bᵀ   [..., M, K]
                        grads.add(0, sum_to_shape(matmul(g2, b2.t()), a2.shape()).reshape(s[0].shape()));
                      if (grads.wants(1))  // dB = Aᵀ · g   [..., K, N]
                        grads.add(1, grad_of_second(a2, g2, b2.shape()).reshape(s[1].shape()));
@@ -214,8 +211,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   HEADROOM_CHECK(x.size(-1) == in, "[linear] last dimension of input with shape ", x.shape(),
                  " must match the in dimension (1) of weight with shape ", weight.shape());
   HEADROOM_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == out_features),
-                 "[linear] expected a bias of shape (", out_features, ") for weight with shape ",
-                 weight.shape(), ", got ", bias.defined() ? bias.shape() : Shape{});
+                 "[linear] expected a bias of shape (", out_features, ") for weight with shape ", weight.shape(),
+                 ", got ", bias.defined() ? bias.shape() : Shape{});
 
   // weightᵀ as a view: [in, out] with strides swapped, read by cblas with CblasTrans.
   Tensor weight_t = make_view(weight, {in, out_features}, {weight.stride(1), weight.stride(0)}, weight.offset());
@@ -223,11 +220,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // dx = g · W, dW = gᵀ · x, db = Σ_rows g
   autograd::record(out, "linear", {x, weight, bias}, {x, weight},
                    [](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-                     const Tensor& x = s[0];  // [..., in]
-                     const Tensor& w = s[1];  // [out, in]
+                     const Tensor& x = s[0];                                           // [..., in]
+                     const Tensor& w = s[1];                                           // [out, in]
                      Tensor g_rows = g.reshape({leading_rows(g.shape()), w.size(0)});  // [rows, out]
-                     if (grads.wants(0)) grads.add(0, matmul(g, w));  // dx = g · W   [..., in]
-                     if (grads.wants(1))  // dW = gᵀ · x   [out, in]
+                     if (grads.wants(0)) grads.add(0, matmul(g, w));                   // dx = g · W   [..., in]
+                     if (grads.wants(1))                                               // dW = gᵀ · x   [out, in]
                        grads.add(1, matmul(g_rows.t(), x.reshape({leading_rows(x.shape()), w.size(1)})));
                      if (grads.wants(2)) grads.add(2, sum_rows(g_rows));  // db = Σ_rows g   [out]
                    });

@@ -25,9 +25,7 @@ std::vector<Tensor> defined_only(const std::vector<Tensor>& tensors) {
   return out;
 }
 
-void check_inputs(const char* op, const std::vector<Tensor>& tensors) {
-  check_same_device(op, defined_only(tensors));
-}
+void check_inputs(const char* op, const std::vector<Tensor>& tensors) { check_same_device(op, defined_only(tensors)); }
 
 // The device branch of every kernel call: device_kernel(the NnKernels of t's
 // device) when `t` is not on the CPU, else cpu_kernel(T{}) with T the C++ type
@@ -40,9 +38,7 @@ void run_kernel(const Tensor& t, DeviceKernel device_kernel, CpuKernel cpu_kerne
 
 // Swaps dimension d with the last one and makes the result contiguous: the
 // [rows, n] layout the row kernels need.  Its own inverse.  Not recorded.
-Tensor swap_last_contiguous(const Tensor& t, int d) {
-  return t.detach().transpose(d, t.dim() - 1).contiguous();
-}
+Tensor swap_last_contiguous(const Tensor& t, int d) { return t.detach().transpose(d, t.dim() - 1).contiguous(); }
 
 }  // namespace
 
@@ -74,13 +70,11 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
                      Tensor dx_rows = Tensor::empty(y_rows.shape(), y_rows.dtype(), y_rows.device());
                      run_kernel(
                          y_rows,
-                         [&](kernels::NnKernels& k) {
-                           k.softmax_backward(y_rows, g_rows, dx_rows, rows, n, log);
-                         },
+                         [&](kernels::NnKernels& k) { k.softmax_backward(y_rows, g_rows, dx_rows, rows, n, log); },
                          [&](auto zero) {
                            using T = decltype(zero);
-                           HEADROOM_CPU_KERNEL(softmax_backward)(y_rows.data<T>(), g_rows.data<T>(), dx_rows.data<T>(),
-                                                                 rows, n, log);
+                           HEADROOM_CPU_KERNEL(softmax_backward)
+                           (y_rows.data<T>(), g_rows.data<T>(), dx_rows.data<T>(), rows, n, log);
                          });
                      grads.add(0, swap_last_contiguous(dx_rows, d));
                    });
@@ -100,14 +94,13 @@ void check_affine(const char* op, const Tensor& param, const Tensor& x, const ch
   if (!param.defined()) return;
   const int64_t d = x.size(-1);
   HEADROOM_CHECK(param.shape() == Shape{d}, "[", op, "] expected ", what, " of shape (", d,
-                 ") to match the last dimension of input ", shape_str(x.shape()), ", got ",
-                 shape_str(param.shape()));
+                 ") to match the last dimension of input ", shape_str(x.shape()), ", got ", shape_str(param.shape()));
   check_dtype(op, param, x.dtype(), what);
 }
 
 // layer_norm (center = true) and rms_norm (center = false) over the last dimension.
-Tensor normalize_last_dim(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                          double eps, bool center) {
+Tensor normalize_last_dim(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                          bool center) {
   check_inputs(op, {x, weight, bias});
   check_floating(op, x);
   HEADROOM_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "[", op,
@@ -119,42 +112,41 @@ Tensor normalize_last_dim(const char* op, const Tensor& x, const Tensor& weight,
   Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device()),
-         rstd = Tensor::empty({rows}, x.dtype(), x.device());
+  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device()), rstd = Tensor::empty({rows}, x.dtype(), x.device());
   run_kernel(
       xc, [&](kernels::NnKernels& k) { k.norm_forward(xc, wc, bc, out, mean, rstd, rows, d, eps, center); },
       [&](auto zero) {
         using T = decltype(zero);
-        HEADROOM_CPU_KERNEL(norm_forward)(xc.data<T>(), data_or_null<T>(wc), data_or_null<T>(bc), out.data<T>(),
-                                          mean.data<T>(), rstd.data<T>(), rows, d, eps, center);
+        HEADROOM_CPU_KERNEL(norm_forward)
+        (xc.data<T>(), data_or_null<T>(wc), data_or_null<T>(bc), out.data<T>(), mean.data<T>(), rstd.data<T>(), rows, d,
+         eps, center);
       });
 
   // x̂ = (x − μ)·rstd (rms: x·rstd), y = x̂ ⊙ w + b:  db = Σ_rows g, dw = Σ_rows g ⊙ x̂,
   // dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂)) with ĝ = g ⊙ w (rms: no mean(ĝ) term)
-  autograd::record(
-      out, op, {x, weight, bias}, {xc, wc, mean, rstd},
-      [rows, d, center](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-        const Tensor &xc = s[0], &wc = s[1], &mean = s[2], &rstd = s[3];
-        Tensor gc = g.contiguous();  // [rows, d]
-        auto grad_if = [&](size_t i, const Shape& shape) {
-          return grads.wants(i) ? Tensor::empty(shape, xc.dtype(), xc.device()) : Tensor();
-        };
-        Tensor dx = grad_if(0, xc.shape()), dweight = grad_if(1, {d}), dbias = grad_if(2, {d});
-        run_kernel(
-            xc,
-            [&](kernels::NnKernels& k) {
-              k.norm_backward(xc, wc, mean, rstd, gc, dx, dweight, dbias, rows, d, center);
-            },
-            [&](auto zero) {
-              using T = decltype(zero);
-              HEADROOM_CPU_KERNEL(norm_backward)(xc.data<T>(), data_or_null<T>(wc), mean.data<T>(), rstd.data<T>(),
-                                                 gc.data<T>(), data_or_null<T>(dx), data_or_null<T>(dweight),
-                                                 data_or_null<T>(dbias), rows, d, center);
-            });
-        if (dx.defined()) grads.add(0, dx);
-        if (dweight.defined()) grads.add(1, dweight);
-        if (dbias.defined()) grads.add(2, dbias);
-      });
+  autograd::record(out, op, {x, weight, bias}, {xc, wc, mean, rstd},
+                   [rows, d, center](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     const Tensor &xc = s[0], &wc = s[1], &mean = s[2], &rstd = s[3];
+                     Tensor gc = g.contiguous();  // [rows, d]
+                     auto grad_if = [&](size_t i, const Shape& shape) {
+                       return grads.wants(i) ? Tensor::empty(shape, xc.dtype(), xc.device()) : Tensor();
+                     };
+                     Tensor dx = grad_if(0, xc.shape()), dweight = grad_if(1, {d}), dbias = grad_if(2, {d});
+                     run_kernel(
+                         xc,
+                         [&](kernels::NnKernels& k) {
+                           k.norm_backward(xc, wc, mean, rstd, gc, dx, dweight, dbias, rows, d, center);
+                         },
+                         [&](auto zero) {
+                           using T = decltype(zero);
+                           HEADROOM_CPU_KERNEL(norm_backward)
+                           (xc.data<T>(), data_or_null<T>(wc), mean.data<T>(), rstd.data<T>(), gc.data<T>(),
+                            data_or_null<T>(dx), data_or_null<T>(dweight), data_or_null<T>(dbias), rows, d, center);
+                         });
+                     if (dx.defined()) grads.add(0, dx);
+                     if (dweight.defined()) grads.add(1, dweight);
+                     if (dbias.defined()) grads.add(2, dbias);
+                   });
   return out;
 }
 
@@ -203,9 +195,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   return out;
 }
 
-Tensor dropout(const Tensor& x, double p, bool training) {
-  return dropout(x, p, training, default_generator());
-}
+Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }
 
 // ---- embedding -------------------------------------------------------------------
 
@@ -240,11 +230,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_inputs("embedding", {weight, indices});
   check_floating("embedding", weight, "weight");
   check_dtype("embedding", indices, DType::i32, "indices");
-  HEADROOM_CHECK(weight.dim() == 2, "[embedding] expected weight of shape [V, D], got ",
-                 shape_str(weight.shape()));
+  HEADROOM_CHECK(weight.dim() == 2, "[embedding] expected weight of shape [V, D], got ", shape_str(weight.shape()));
   const int64_t vocab = weight.size(0), d = weight.size(1), count = indices.numel();
-  HEADROOM_CHECK(count <= std::numeric_limits<int32_t>::max(),
-                 "[embedding] expected fewer than 2^31 indices, got ", count);
+  HEADROOM_CHECK(count <= std::numeric_limits<int32_t>::max(), "[embedding] expected fewer than 2^31 indices, got ",
+                 count);
   Tensor ic = indices.contiguous();  // [count]
   // The range check reads the indices on the host (for CUDA indices, a copy
   // that waits for the device): a bad index must fail here with a message,
@@ -275,8 +264,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
         Tensor gc = g.contiguous();  // [count, D]
         Tensor dweight = Tensor::zeros({vocab, d}, g.dtype(), g.device());
         run_kernel(
-            gc,
-            [&](kernels::NnKernels& k) { k.embedding_backward(s[1], s[2], s[3], gc, dweight, s[3].numel(), d); },
+            gc, [&](kernels::NnKernels& k) { k.embedding_backward(s[1], s[2], s[3], gc, dweight, s[3].numel(), d); },
             [&](auto zero) {
               using T = decltype(zero);
               cpu::embedding_backward(s[0].data<int32_t>(), gc.data<T>(), dweight.data<T>(), count, d);
@@ -296,9 +284,8 @@ int64_t count_valid_targets(const Tensor& targets, int64_t classes, int64_t igno
   int64_t valid = 0;
   for (int64_t i = 0; i < targets.numel(); ++i) {
     if (target[i] == ignore_index) continue;
-    HEADROOM_CHECK(target[i] >= 0 && target[i] < classes, "[cross_entropy] target ", target[i],
-                   " at position ", i, " is outside [0, ", classes, ") and is not ignore_index ",
-                   ignore_index);
+    HEADROOM_CHECK(target[i] >= 0 && target[i] < classes, "[cross_entropy] target ", target[i], " at position ", i,
+                   " is outside [0, ", classes, ") and is not ignore_index ", ignore_index);
     ++valid;
   }
   return valid;
@@ -331,8 +318,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   check_floating("cross_entropy", logits, "logits");
   check_dtype("cross_entropy", targets, DType::i32, "targets");
   HEADROOM_CHECK(logits.dim() >= 1 && logits.size(-1) >= 1,
-                 "[cross_entropy] expected logits of shape [..., C] with C >= 1, got ",
-                 shape_str(logits.shape()));
+                 "[cross_entropy] expected logits of shape [..., C] with C >= 1, got ", shape_str(logits.shape()));
   const Shape batch(logits.shape().begin(), logits.shape().end() - 1);
   HEADROOM_CHECK(targets.shape() == batch, "[cross_entropy] targets of shape ", shape_str(targets.shape()),
                  " do not match logits of shape ", shape_str(logits.shape()), " (expected targets of shape ",
@@ -350,41 +336,39 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   run_kernel(
       xc,
       [&](kernels::NnKernels& k) {
-        k.cross_entropy_forward(xc, tc, lse, row_loss, rows, classes, opts.ignore_index,
-                                opts.label_smoothing);
+        k.cross_entropy_forward(xc, tc, lse, row_loss, rows, classes, opts.ignore_index, opts.label_smoothing);
       },
       [&](auto zero) {
         using T = decltype(zero);
-        cpu::cross_entropy_forward(xc.data<T>(), tc.data<int32_t>(), lse.data<T>(), row_loss.data<T>(), rows,
-                                   classes, opts.ignore_index, opts.label_smoothing);
+        cpu::cross_entropy_forward(xc.data<T>(), tc.data<int32_t>(), lse.data<T>(), row_loss.data<T>(), rows, classes,
+                                   opts.ignore_index, opts.label_smoothing);
       });
   const double scale = reduction_scale(opts.reduction, valid);
   Tensor out = opts.reduction == Reduction::none ? row_loss : reduce_row_losses(row_loss, scale);
 
   // dlogits = (softmax(logits) − smoothed one-hot target) · dL/d(row loss); ignored rows 0
-  autograd::record(
-      out, "cross_entropy", {logits}, {xc, tc, lse},
-      [opts, rows, classes, scale](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-        // dL/d(row loss): g itself for none ([rows]), else g (a scalar, read by
-        // the kernel where it lives: no host sync on CUDA) * scale.
-        const bool per_row = opts.reduction == Reduction::none;
-        const double grad_scale = per_row ? 1 : scale;
-        Tensor gc = g.contiguous();
-        Tensor dlogits = Tensor::empty(s[0].shape(), s[0].dtype(), s[0].device());
-        run_kernel(
-            dlogits,
-            [&](kernels::NnKernels& k) {
-              k.cross_entropy_backward(s[0], s[1], s[2], gc, grad_scale, dlogits, rows, classes, opts.ignore_index,
-                                       opts.label_smoothing);
-            },
-            [&](auto zero) {
-              using T = decltype(zero);
-              cpu::cross_entropy_backward(s[0].data<T>(), s[1].data<int32_t>(), s[2].data<T>(), gc.data<T>(),
-                                          !per_row, grad_scale, dlogits.data<T>(), rows, classes, opts.ignore_index,
-                                          opts.label_smoothing);
-            });
-        grads.add(0, dlogits);
-      });
+  autograd::record(out, "cross_entropy", {logits}, {xc, tc, lse},
+                   [opts, rows, classes, scale](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     // dL/d(row loss): g itself for none ([rows]), else g (a scalar, read by
+                     // the kernel where it lives: no host sync on CUDA) * scale.
+                     const bool per_row = opts.reduction == Reduction::none;
+                     const double grad_scale = per_row ? 1 : scale;
+                     Tensor gc = g.contiguous();
+                     Tensor dlogits = Tensor::empty(s[0].shape(), s[0].dtype(), s[0].device());
+                     run_kernel(
+                         dlogits,
+                         [&](kernels::NnKernels& k) {
+                           k.cross_entropy_backward(s[0], s[1], s[2], gc, grad_scale, dlogits, rows, classes,
+                                                    opts.ignore_index, opts.label_smoothing);
+                         },
+                         [&](auto zero) {
+                           using T = decltype(zero);
+                           cpu::cross_entropy_backward(s[0].data<T>(), s[1].data<int32_t>(), s[2].data<T>(),
+                                                       gc.data<T>(), !per_row, grad_scale, dlogits.data<T>(), rows,
+                                                       classes, opts.ignore_index, opts.label_smoothing);
+                         });
+                     grads.add(0, dlogits);
+                   });
   return out;
 }
 

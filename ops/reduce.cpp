@@ -57,8 +57,7 @@ struct ReduceLayout {
   Tensor expand(const Tensor& g) const { return g.reshape(keep_shape).expand(x_shape); }
 };
 
-ReduceLayout layout_reduction(const char* op, const Tensor& x, const std::vector<int64_t>& dims,
-                              bool keepdim) {
+ReduceLayout layout_reduction(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_floating(op, x);
   const std::vector<bool> reduced = reduced_dims(op, x, dims);
   ReduceLayout r;
@@ -98,10 +97,9 @@ Tensor reduce_values(cpu::ReduceOp op, const Tensor& x, const ReduceLayout& r) {
 
 // The indices (i32, output shape) of the first extreme element of each slice,
 // and its value when `values` is defined.
-Tensor reduce_arg(const char* op, cpu::Extreme which, const Tensor& x, const ReduceLayout& r,
-                  const Tensor& values) {
-  HEADROOM_CHECK(r.dims.n > 0, "[", op, "] cannot reduce over an empty dimension (input shape ",
-                 shape_str(x.shape()), ")");
+Tensor reduce_arg(const char* op, cpu::Extreme which, const Tensor& x, const ReduceLayout& r, const Tensor& values) {
+  HEADROOM_CHECK(r.dims.n > 0, "[", op, "] cannot reduce over an empty dimension (input shape ", shape_str(x.shape()),
+                 ")");
   Tensor indices = Tensor::empty(r.out_shape, DType::i32, x.device());
   if (!x.device().is_cpu()) kernels::device_kernels(x).reduce->reduce_arg(which, r.arrange(x), r.dims, values, indices);
   else cpu::reduce_arg(which, r.arrange(x), r.dims, values, indices);
@@ -117,20 +115,18 @@ Tensor running_sums(const Tensor& x, const ReduceLayout& r, bool reverse) {
 }
 
 // max and min: values, with the gradient routed to the chosen element.
-Tensor extreme(const char* op, cpu::Extreme which, const Tensor& x, const std::vector<int64_t>& dims,
-               bool keepdim) {
+Tensor extreme(const char* op, cpu::Extreme which, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ReduceLayout r = layout_reduction(op, x, dims, keepdim);
   Tensor values = Tensor::empty(r.out_shape, x.dtype(), x.device());
   Tensor indices = reduce_arg(op, which, x, r, values);
   // dx = g at the first extreme of each slice (the saved indices), 0 elsewhere
-  autograd::record(values, op, {x}, {indices},
-                   [r](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-                     Tensor grad = Tensor::empty({r.dims.outer, r.dims.n, r.dims.inner}, g.dtype(), g.device());
-                     Tensor gc = g.contiguous();
-                     if (!g.device().is_cpu()) kernels::device_kernels(g).reduce->scatter_to_indices(gc, s[0], r.dims, grad);
-                     else cpu::scatter_to_indices(gc, s[0], r.dims, grad);
-                     grads.add(0, r.unarrange(grad));
-                   });
+  autograd::record(values, op, {x}, {indices}, [r](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+    Tensor grad = Tensor::empty({r.dims.outer, r.dims.n, r.dims.inner}, g.dtype(), g.device());
+    Tensor gc = g.contiguous();
+    if (!g.device().is_cpu()) kernels::device_kernels(g).reduce->scatter_to_indices(gc, s[0], r.dims, grad);
+    else cpu::scatter_to_indices(gc, s[0], r.dims, grad);
+    grads.add(0, r.unarrange(grad));
+  });
   return values;
 }
 
@@ -140,9 +136,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ReduceLayout r = layout_reduction("sum", x, dims, keepdim);
   Tensor out = reduce_values(cpu::ReduceOp::sum, x, r);
   // Every element of a slice receives the slice's gradient.
-  autograd::record(out, "sum", {x}, {}, [r](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
-    grads.add(0, r.expand(g));
-  });
+  autograd::record(out, "sum", {x}, {},
+                   [r](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) { grads.add(0, r.expand(g)); });
   return out;
 }
 

@@ -30,8 +30,7 @@ Tensor min(const Tensor& x);  // all elements: shape [], min(x, {})
 // sum((x - mean)^2) / (n - correction), n the number of reduced elements:
 // correction = 1 is the unbiased sample variance, 0 the population variance.
 // Requires n > correction.
-Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction = 1,
-           bool keepdim = false);
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction = 1, bool keepdim = false);
 
 // log(sum(exp(x))), computed stably (no overflow for large x); -inf over an
 // empty slice.  Its gradient is softmax(x) times the incoming gradient.

@@ -42,8 +42,7 @@ int64_t RoutePlan::segment_of_row(int64_t r) const {
 
 RoutePlan route(const Tensor& indices, int64_t num_segments) {
   check_dtype("route", indices, DType::i32, "indices");
-  HEADROOM_CHECK(indices.dim() == 2, "[route] expected indices of shape [N, k], got ",
-                 shape_str(indices.shape()));
+  HEADROOM_CHECK(indices.dim() == 2, "[route] expected indices of shape [N, k], got ", shape_str(indices.shape()));
   HEADROOM_CHECK(num_segments >= 1, "[route] number of segments must be >= 1, got ", num_segments);
   RoutePlan plan;
   plan.num_tokens = indices.size(0);
@@ -59,14 +58,14 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
     const Device device = indices.device();
     Tensor chosen = Tensor::empty({pairs}, DType::i32, device);  // pair p -> segment
     kernels::device_kernels(indices).routing->check_indices(indices.contiguous().reshape({pairs}), num_segments,
-                                          kernels::IndexUse::route_segment, plan.k, chosen);
+                                                            kernels::IndexUse::route_segment, plan.k, chosen);
     plan.offsets = Tensor::empty({num_segments + 1}, DType::i32, device);
     plan.order = Tensor::empty({pairs}, DType::i32, device);
     plan.position = Tensor::empty({pairs}, DType::i32, device);
     plan.segment = Tensor::empty({pairs}, DType::i32, device);
     plan.counts = Tensor::empty({num_segments}, DType::i32, device);
-    kernels::device_kernels(indices).routing->route(chosen, num_segments, plan.offsets, plan.order, plan.position, plan.segment,
-                                  plan.counts);
+    kernels::device_kernels(indices).routing->route(chosen, num_segments, plan.offsets, plan.order, plan.position,
+                                                    plan.segment, plan.counts);
     return plan;
   }
   std::vector<int32_t> chosen = indices.to_vector<int32_t>();  // pair p -> segment
@@ -74,8 +73,8 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
   // 1. histogram   2. exclusive prefix sum   3. stable scatter in pair order.
   std::vector<int32_t> counts(num_segments, 0);
   for (int64_t p = 0; p < pairs; ++p) {
-    HEADROOM_CHECK(chosen[p] >= 0 && chosen[p] < num_segments, "[route] index ", chosen[p],
-                   " of token ", p / plan.k, " is outside [0, ", num_segments, ")");
+    HEADROOM_CHECK(chosen[p] >= 0 && chosen[p] < num_segments, "[route] index ", chosen[p], " of token ", p / plan.k,
+                   " is outside [0, ", num_segments, ")");
     ++counts[chosen[p]];
   }
   std::vector<int32_t> offsets(num_segments + 1, 0);
@@ -101,14 +100,15 @@ namespace {
 // A plan's tensors must be the i32 arrays route() makes, sized by its counts,
 // on the inputs' device.
 void check_plan(const char* op, const RoutePlan& plan, Device device) {
-  const std::vector<std::pair<const Tensor*, int64_t>> expected = {
-      {&plan.offsets, plan.num_segments + 1}, {&plan.order, plan.rows()},
-      {&plan.position, plan.rows()},          {&plan.segment, plan.rows()},
-      {&plan.counts, plan.num_segments}};
+  const std::vector<std::pair<const Tensor*, int64_t>> expected = {{&plan.offsets, plan.num_segments + 1},
+                                                                   {&plan.order, plan.rows()},
+                                                                   {&plan.position, plan.rows()},
+                                                                   {&plan.segment, plan.rows()},
+                                                                   {&plan.counts, plan.num_segments}};
   for (const auto& [t, numel] : expected) {
-    HEADROOM_CHECK(t->defined() && t->dtype() == DType::i32 && t->is_contiguous() && t->numel() == numel,
-                   "[", op, "] the route plan (", plan.num_tokens, " tokens, k=", plan.k, ", ",
-                   plan.num_segments, " segments) is not one route() built for these sizes");
+    HEADROOM_CHECK(t->defined() && t->dtype() == DType::i32 && t->is_contiguous() && t->numel() == numel, "[", op,
+                   "] the route plan (", plan.num_tokens, " tokens, k=", plan.k, ", ", plan.num_segments,
+                   " segments) is not one route() built for these sizes");
     HEADROOM_CHECK(t->device() == device, "[", op, "] the route plan is on ", t->device(), " but the inputs are on ",
                    device);
   }
@@ -119,8 +119,8 @@ void check_gates(const char* op, const Tensor& gates, const Tensor& y, const Rou
   if (!gates.defined()) return;
   check_dtype(op, gates, y.dtype(), "gates");
   HEADROOM_CHECK(gates.shape() == Shape({plan.num_tokens, plan.k}), "[", op, "] gates have shape ",
-                 shape_str(gates.shape()), " but the plan routes ", plan.num_tokens,
-                 " tokens with k=", plan.k, ", expected (", plan.num_tokens, ",", plan.k, ")");
+                 shape_str(gates.shape()), " but the plan routes ", plan.num_tokens, " tokens with k=", plan.k,
+                 ", expected (", plan.num_tokens, ",", plan.k, ")");
 }
 
 // ---- the kernels on either device: one branch each ------------------------------------
@@ -130,13 +130,14 @@ void check_gates(const char* op, const Tensor& gates, const Tensor& y, const Rou
 void run_gather_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor& pair, int64_t group,
                      const Tensor& scale, const Tensor& out) {
   if (out.numel() == 0) return;
-  if (!src.device().is_cpu()) return kernels::device_kernels(src).routing->gather_rows(src, outer, width, pair, group, scale, out);
+  if (!src.device().is_cpu())
+    return kernels::device_kernels(src).routing->gather_rows(src, outer, width, pair, group, scale, out);
   const int64_t src_rows = src.numel() / (outer * width), rows = pair.numel();
   auto gather = [&](auto zero) {
     using T = decltype(zero);
-    for (int64_t o = 0; o < outer; ++o)
-      HEADROOM_CPU_KERNEL(gather_rows)(src.data<T>() + o * src_rows * width, width, pair.data<int32_t>(), group,
-                                       data_or_null<T>(scale), rows, out.data<T>() + o * rows * width);
+    for (int64_t o = 0; o < outer; ++o) HEADROOM_CPU_KERNEL(gather_rows)
+    (src.data<T>() + o * src_rows * width, width, pair.data<int32_t>(), group, data_or_null<T>(scale), rows,
+     out.data<T>() + o * rows * width);
   };
   if (src.dtype() == DType::i32) gather(int32_t{});
   else dispatch_floating(src.dtype(), gather);
@@ -157,9 +158,9 @@ void run_sum_rows(const Tensor& src, int64_t outer, int64_t width, const Tensor&
   const int64_t src_rows = src.numel() / (outer * width);
   dispatch_floating(src.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    for (int64_t o = 0; o < outer; ++o)
-      HEADROOM_CPU_KERNEL(sum_rows)(src.data<T>() + o * src_rows * width, width, first, row.data<int32_t>(),
-                                    data_or_null<T>(weight), dests, out.data<T>() + o * dests * width);
+    for (int64_t o = 0; o < outer; ++o) HEADROOM_CPU_KERNEL(sum_rows)
+    (src.data<T>() + o * src_rows * width, width, first, row.data<int32_t>(), data_or_null<T>(weight), dests,
+     out.data<T>() + o * dests * width);
   });
 }
 
@@ -208,8 +209,7 @@ Tensor gather_slots(const Tensor& x, const Tensor& gates, const Tensor& order, i
 
 // [N, D]: out[t] = sum_j gates[t, j] * y[position[t*k + j]], j ascending (gates
 // undefined = 1).  The transpose of gather_slots.  y: [N*k, D]  position: [N*k]
-Tensor combine_slots(const Tensor& y, const Tensor& gates, const Tensor& position, int64_t tokens,
-                     int64_t k) {
+Tensor combine_slots(const Tensor& y, const Tensor& gates, const Tensor& position, int64_t tokens, int64_t k) {
   Tensor out = Tensor::empty({tokens, y.size(1)}, y.dtype(), y.device());
   run_sum_rows(y.contiguous(), 1, y.size(1), Tensor(), k, position, gates.defined() ? gates.contiguous() : gates,
                tokens, out);
@@ -242,8 +242,7 @@ Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, in
   }
   dispatch_floating(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    cpu::row_dots<T>(a.data<T>(), position.data<int32_t>(), b.data<T>(), k, y.size(1), position.numel(),
-                     out.data<T>());
+    cpu::row_dots<T>(a.data<T>(), position.data<int32_t>(), b.data<T>(), k, y.size(1), position.numel(), out.data<T>());
   });
   return out;
 }
@@ -273,8 +272,8 @@ Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64
   }
   dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    HEADROOM_CPU_KERNEL(segment_matmul)(grouped_rows<T>(a), b.data<T>(), offsets.data<int32_t>(), w.size(0), in,
-                                        out_features, transpose_w, out.data<T>());
+    HEADROOM_CPU_KERNEL(segment_matmul)
+    (grouped_rows<T>(a), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features, transpose_w, out.data<T>());
   });
   return out;
 }
@@ -297,9 +296,9 @@ Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offs
   }
   dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    HEADROOM_CPU_KERNEL(segment_matmul_scatter)(a.data<T>(), order.data<int32_t>(), k, offsets.data<int32_t>(),
-                                                w.size(0), b.data<T>(), in, out_features, transpose_w, tokens,
-                                                out.data<T>(), data_or_null<T>(gates));
+    HEADROOM_CPU_KERNEL(segment_matmul_scatter)
+    (a.data<T>(), order.data<int32_t>(), k, offsets.data<int32_t>(), w.size(0), b.data<T>(), in, out_features,
+     transpose_w, tokens, out.data<T>(), data_or_null<T>(gates));
   });
   return out;
 }
@@ -316,8 +315,8 @@ Tensor segment_gemm_weight_grad(const Rows& x, const Rows& dy, const Tensor& off
   }
   dispatch_floating(dw.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    HEADROOM_CPU_KERNEL(segment_matmul_weight_grad)(grouped_rows<T>(a), grouped_rows<T>(b), offsets.data<int32_t>(),
-                                                    w_shape[0], w_shape[1], w_shape[2], dw.data<T>());
+    HEADROOM_CPU_KERNEL(segment_matmul_weight_grad)
+    (grouped_rows<T>(a), grouped_rows<T>(b), offsets.data<int32_t>(), w_shape[0], w_shape[1], w_shape[2], dw.data<T>());
   });
   return dw;
 }
@@ -339,9 +338,9 @@ void check_segment_weight(const char* op, const Tensor& x, const char* x_name, c
 // x must be [rows, width].
 void check_rows(const char* op, const Tensor& x, const char* x_name, int64_t rows, int64_t width,
                 const char* rows_meaning, const Tensor& weight) {
-  HEADROOM_CHECK(x.dim() == 2 && x.size(0) == rows && x.size(1) == width, "[", op, "] expected ", x_name,
-                 " of shape (", rows, ",", width, ") for a plan of ", rows, " ", rows_meaning,
-                 " and weights of shape ", shape_str(weight.shape()), ", got ", shape_str(x.shape()));
+  HEADROOM_CHECK(x.dim() == 2 && x.size(0) == rows && x.size(1) == width, "[", op, "] expected ", x_name, " of shape (",
+                 rows, ",", width, ") for a plan of ", rows, " ", rows_meaning, " and weights of shape ",
+                 shape_str(weight.shape()), ", got ", shape_str(x.shape()));
 }
 
 }  // namespace
@@ -390,8 +389,8 @@ Tensor put_along_rows(const Tensor& values, const Tensor& indices, int64_t n) {
   check_dtype(op, indices, DType::i32, "indices");
   check_same_device(op, {values, indices});
   HEADROOM_CHECK(values.dim() >= 1 && indices.shape() == values.shape(), "[", op,
-                 "] expected values [..., k] and indices of the same shape, got ", shape_str(values.shape()),
-                 " and ", shape_str(indices.shape()));
+                 "] expected values [..., k] and indices of the same shape, got ", shape_str(values.shape()), " and ",
+                 shape_str(indices.shape()));
   HEADROOM_CHECK(n >= 0, "[", op, "] n must be >= 0, got ", n);
   // values, indices: [rows, k]  ->  out: [rows, n]
   const int64_t k = values.size(-1), rows = k ? values.numel() / k : 0;
@@ -400,23 +399,22 @@ Tensor put_along_rows(const Tensor& values, const Tensor& indices, int64_t n) {
   // On CUDA a bad index is written to column 0, which rows of size 0 lack.
   HEADROOM_CHECK(indices.device().is_cpu() || n > 0 || indices.numel() == 0, "[", op, "] cannot put ", k,
                  " values per row into rows of size 0");
-  Tensor index = checked_indices(indices.contiguous().reshape({-1}), n, kernels::IndexUse::put_column,
-                                 [&](int64_t i, int32_t value) {
-                                   HEADROOM_FAIL("[", op, "] index ", value, " at position ", i, " is outside [0, n = ",
-                                                 n, ")");
-                                 });
+  Tensor index = checked_indices(
+      indices.contiguous().reshape({-1}), n, kernels::IndexUse::put_column, [&](int64_t i, int32_t value) {
+        HEADROOM_FAIL("[", op, "] index ", value, " at position ", i, " is outside [0, n = ", n, ")");
+      });
   Tensor out = Tensor::zeros(out_shape, values.dtype(), values.device());
   run_along_rows(Along::put, values.contiguous(), index, rows, n, k, out);
 
   // dvalues = g taken at the positions the values were put
-  autograd::record(out, op, {values}, {index},
-                   [rows, n, k, shape = values.shape()](const autograd::Saved& s, const Tensor& g,
-                                                        autograd::Grads& grads) {
-                     // g: [rows, n]  ->  dvalues: [rows, k], each value's entry of g
-                     Tensor dvalues = Tensor::empty(shape, g.dtype(), g.device());
-                     run_along_rows(Along::take, g.contiguous(), s[0], rows, n, k, dvalues);
-                     grads.add(0, dvalues);
-                   });
+  autograd::record(
+      out, op, {values}, {index},
+      [rows, n, k, shape = values.shape()](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+        // g: [rows, n]  ->  dvalues: [rows, k], each value's entry of g
+        Tensor dvalues = Tensor::empty(shape, g.dtype(), g.device());
+        run_along_rows(Along::take, g.contiguous(), s[0], rows, n, k, dvalues);
+        grads.add(0, dvalues);
+      });
   return out;
 }
 
@@ -438,12 +436,11 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
   // of size 0 has no row 0 to read instead, and every index is bad: refuse it here.
   HEADROOM_CHECK(indices.device().is_cpu() || size > 0 || count == 0, "[index_select] cannot select ", count,
                  " indices from dimension ", d, " of size 0 in shape ", shape_str(x.shape()));
-  Tensor index = checked_indices(indices.contiguous().reshape({count}), size, kernels::IndexUse::select_row,
-                                 [&](int64_t i, int32_t value) {
-                                   HEADROOM_FAIL("[index_select] index ", value, " at position ", i,
-                                                 " is out of range for dimension ", d, " of size ", size,
-                                                 " in shape ", shape_str(x.shape()));
-                                 });
+  Tensor index = checked_indices(
+      indices.contiguous().reshape({count}), size, kernels::IndexUse::select_row, [&](int64_t i, int32_t value) {
+        HEADROOM_FAIL("[index_select] index ", value, " at position ", i, " is out of range for dimension ", d,
+                      " of size ", size, " in shape ", shape_str(x.shape()));
+      });
   Shape out_shape = x.shape();
   out_shape[d] = count;
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
@@ -451,19 +448,18 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
 
   const Shape in_shape = x.shape();
   // dx[i] = Σ of g over the output rows that selected row i
-  autograd::record(
-      out, "index_select", {x}, {index},
-      [in_shape, outer, size, inner](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-        // g: [outer, count, inner]  ->  dx: [outer, size, inner]; a route plan
-        // over the indices lists, per destination, the rows that chose it in order.
-        const int64_t count = s[0].numel();
-        if (shape_numel(in_shape) == 0 || count == 0)
-          return grads.add(0, Tensor::zeros(in_shape, g.dtype(), g.device()));
-        Tensor dx = Tensor::empty(in_shape, g.dtype(), g.device());  // every destination row is written
-        RoutePlan plan = route(s[0].reshape({count, 1}), size);
-        run_sum_rows(g.contiguous(), outer, inner, plan.offsets, 1, plan.order, Tensor(), size, dx);
-        grads.add(0, dx);
-      });
+  autograd::record(out, "index_select", {x}, {index},
+                   [in_shape, outer, size, inner](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     // g: [outer, count, inner]  ->  dx: [outer, size, inner]; a route plan
+                     // over the indices lists, per destination, the rows that chose it in order.
+                     const int64_t count = s[0].numel();
+                     if (shape_numel(in_shape) == 0 || count == 0)
+                       return grads.add(0, Tensor::zeros(in_shape, g.dtype(), g.device()));
+                     Tensor dx = Tensor::empty(in_shape, g.dtype(), g.device());  // every destination row is written
+                     RoutePlan plan = route(s[0].reshape({count, 1}), size);
+                     run_sum_rows(g.contiguous(), outer, inner, plan.offsets, 1, plan.order, Tensor(), size, dx);
+                     grads.add(0, dx);
+                   });
   return out;
 }
 
@@ -472,9 +468,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
 Tensor gather_rows(const Tensor& x, const RoutePlan& plan) {
   check_floating("gather_rows", x);
   check_plan("gather_rows", plan, x.device());
-  HEADROOM_CHECK(x.dim() == 2 && x.size(0) == plan.num_tokens, "[gather_rows] expected x of shape [",
-                 plan.num_tokens, ", D] for a plan of ", plan.num_tokens, " tokens, got ",
-                 shape_str(x.shape()));
+  HEADROOM_CHECK(x.dim() == 2 && x.size(0) == plan.num_tokens, "[gather_rows] expected x of shape [", plan.num_tokens,
+                 ", D] for a plan of ", plan.num_tokens, " tokens, got ", shape_str(x.shape()));
   // x: [N, D]  ->  grouped: [N*k, D]
   Tensor grouped = gather_slots(x, Tensor(), plan.order, plan.k);
   const int64_t tokens = plan.num_tokens, k = plan.k;
@@ -544,8 +539,7 @@ Tensor gather_segment_matmul(const Tensor& x, const Tensor& weight, const RouteP
                      if (grads.wants(0))
                        grads.add(0, segment_gemm_scatter(g, w, offsets, order, position, k, tokens,
                                                          /*transpose_w=*/true));
-                     if (grads.wants(1))
-                       grads.add(1, segment_gemm_weight_grad({x, order, k}, {g}, offsets, w.shape()));
+                     if (grads.wants(1)) grads.add(1, segment_gemm_weight_grad({x, order, k}, {g}, offsets, w.shape()));
                    });
   return y;
 }
@@ -560,29 +554,30 @@ Tensor segment_matmul_scatter(const Tensor& y_grouped, const Tensor& weight, con
   // y: [N*k, in], w: [E, in, out], gates: [N, k]  ->  out: [N, out]
   const int64_t rows = plan.rows(), tokens = plan.num_tokens, k = plan.k;
   if (gates.defined() && !y_grouped.device().is_cpu())  // the CUDA kernel has no gates: scale the rows first
-    return segment_matmul_scatter(y_grouped * index_select(gates.reshape({rows}), 0, plan.order).unsqueeze(1),
-                                  weight, plan);
+    return segment_matmul_scatter(y_grouped * index_select(gates.reshape({rows}), 0, plan.order).unsqueeze(1), weight,
+                                  plan);
   Tensor flat_gates = gates.defined() ? gates.contiguous().reshape({rows}) : Tensor();  // [N*k], pair order
   Tensor out = segment_gemm_scatter(y_grouped, weight, plan.offsets, plan.order, plan.position, k, tokens,
                                     /*transpose_w=*/false, flat_gates);
   // out[t] = Σ_j gate_tj · y_r W_e:  dy_r = gate · g[t] · W_eᵀ, dW_e = Σ_r gate · y_rᵀ g[t], dgate = ⟨y_r W_e, g[t]⟩
-  autograd::record(
-      out, op, {y_grouped, weight, gates}, {y_grouped, weight, plan.offsets, plan.order, flat_gates},
-      [rows, tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
-        const Tensor &y = s[0], &w = s[1], &offsets = s[2], &order = s[3], &gates = s[4];
-        // g: [N, out].  dy: the products' gradient, ungated, [N*k, in].
-        Tensor dy;
-        if (grads.wants(0) || grads.wants(2)) dy = segment_gemm({g, order, k}, w, offsets, rows, /*transpose_w=*/true);
-        Tensor y_gated = y;
-        if (gates.defined()) {  // on the CPU only: on CUDA the rows were scaled before this op
-          if (!dy.defined()) dy = Tensor::zeros(y.shape(), y.dtype());  // only w's gradient is wanted
-          Tensor dgates;
-          std::tie(dgates, y_gated) = gate_rows_backward(y, gates, order, dy, tokens, k);
-          if (grads.wants(2)) grads.add(2, dgates);
-        }
-        if (grads.wants(0)) grads.add(0, dy);
-        if (grads.wants(1)) grads.add(1, segment_gemm_weight_grad({y_gated}, {g, order, k}, offsets, w.shape()));
-      });
+  autograd::record(out, op, {y_grouped, weight, gates}, {y_grouped, weight, plan.offsets, plan.order, flat_gates},
+                   [rows, tokens, k](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
+                     const Tensor &y = s[0], &w = s[1], &offsets = s[2], &order = s[3], &gates = s[4];
+                     // g: [N, out].  dy: the products' gradient, ungated, [N*k, in].
+                     Tensor dy;
+                     if (grads.wants(0) || grads.wants(2))
+                       dy = segment_gemm({g, order, k}, w, offsets, rows, /*transpose_w=*/true);
+                     Tensor y_gated = y;
+                     if (gates.defined()) {  // on the CPU only: on CUDA the rows were scaled before this op
+                       if (!dy.defined()) dy = Tensor::zeros(y.shape(), y.dtype());  // only w's gradient is wanted
+                       Tensor dgates;
+                       std::tie(dgates, y_gated) = gate_rows_backward(y, gates, order, dy, tokens, k);
+                       if (grads.wants(2)) grads.add(2, dgates);
+                     }
+                     if (grads.wants(0)) grads.add(0, dy);
+                     if (grads.wants(1))
+                       grads.add(1, segment_gemm_weight_grad({y_gated}, {g, order, k}, offsets, w.shape()));
+                   });
   return out;
 }
 

@@ -18,10 +18,9 @@ using GradMap = std::function<Tensor(const Tensor& grad_out)>;
 
 Tensor record_view(Tensor out, const char* op, const Tensor& input, GradMap to_input) {
   // dinput = the view's inverse applied to g (to_input)
-  autograd::record(out, op, {input}, {},
-                   [to_input](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
-                     grads.add(0, to_input(g));
-                   });
+  autograd::record(out, op, {input}, {}, [to_input](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
+    grads.add(0, to_input(g));
+  });
   return out;
 }
 
@@ -39,12 +38,12 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* op) {
     }
   }
   if (infer_at >= 0) {
-    HEADROOM_CHECK(known > 0 && numel % known == 0, "[", op, "] cannot infer -1 in ",
-                   shape_str(requested), " for ", numel, " elements");
+    HEADROOM_CHECK(known > 0 && numel % known == 0, "[", op, "] cannot infer -1 in ", shape_str(requested), " for ",
+                   numel, " elements");
     shape[infer_at] = numel / known;
   }
-  HEADROOM_CHECK(shape_numel(shape) == numel, "[", op, "] shape ", shape_str(requested),
-                 " is invalid for a tensor of ", numel, " elements");
+  HEADROOM_CHECK(shape_numel(shape) == numel, "[", op, "] shape ", shape_str(requested), " is invalid for a tensor of ",
+                 numel, " elements");
   return shape;
 }
 }  // namespace
@@ -67,8 +66,8 @@ Tensor Tensor::reshape(const Shape& requested) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
-  HEADROOM_CHECK(int64_t(dims.size()) == dim(), "[permute] got ", dims.size(),
-                 " dimensions for a tensor of shape ", shape_str(shape()));
+  HEADROOM_CHECK(int64_t(dims.size()) == dim(), "[permute] got ", dims.size(), " dimensions for a tensor of shape ",
+                 shape_str(shape()));
   Shape shape(dim());
   Strides strides(dim());
   std::vector<int64_t> inverse(dim(), -1);
@@ -109,32 +108,31 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   strides[d] *= step;
   Tensor out = make_view(*this, shape, strides, offset() + start * this->strides()[d]);
   // The gradient goes to the slice only (the engine adds it in place there).
-  autograd::record(out, "slice", {*this}, {},
-                   [region](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) {
-                     grads.add_to_slice(0, g, region);
-                   });
+  autograd::record(
+      out, "slice", {*this}, {},
+      [region](const autograd::Saved&, const Tensor& g, autograd::Grads& grads) { grads.add_to_slice(0, g, region); });
   return out;
 }
 
 Tensor Tensor::narrow(int64_t dim_, int64_t start, int64_t length) const {
   int d = wrap_dim(dim_, dim(), "narrow");
-  HEADROOM_CHECK(start >= 0 && length >= 0 && start + length <= shape()[d], "[narrow] range [",
-                 start, ", ", start + length, ") is outside dimension ", d, " of size ", shape()[d]);
+  HEADROOM_CHECK(start >= 0 && length >= 0 && start + length <= shape()[d], "[narrow] range [", start, ", ",
+                 start + length, ") is outside dimension ", d, " of size ", shape()[d]);
   return slice(d, start, start + length);
 }
 
 Tensor Tensor::select(int64_t dim_, int64_t index) const {
   int d = wrap_dim(dim_, dim(), "select");
   const int64_t n = shape()[d];
-  HEADROOM_CHECK(index >= -n && index < n, "[select] index ", index, " is out of range for dimension ",
-                 d, " of size ", n);
+  HEADROOM_CHECK(index >= -n && index < n, "[select] index ", index, " is out of range for dimension ", d, " of size ",
+                 n);
   if (index < 0) index += n;
   return slice(d, index, index + 1).squeeze(d);
 }
 
 Tensor Tensor::expand(const Shape& requested) const {
-  HEADROOM_CHECK(requested.size() >= shape().size(), "[expand] cannot expand shape ",
-                 shape_str(shape()), " to fewer dimensions ", shape_str(requested));
+  HEADROOM_CHECK(requested.size() >= shape().size(), "[expand] cannot expand shape ", shape_str(shape()),
+                 " to fewer dimensions ", shape_str(requested));
   const size_t lead = requested.size() - shape().size();
   Shape shape(requested.size());
   Strides strides(requested.size(), 0);
@@ -146,8 +144,8 @@ Tensor Tensor::expand(const Shape& requested) const {
     }
     int64_t have = this->shape()[i - lead];
     int64_t want = requested[i] == -1 ? have : requested[i];
-    HEADROOM_CHECK(have == want || have == 1, "[expand] cannot expand shape ", shape_str(this->shape()),
-                   " to ", shape_str(requested), " (dimension ", i, ": ", have, " to ", want, ")");
+    HEADROOM_CHECK(have == want || have == 1, "[expand] cannot expand shape ", shape_str(this->shape()), " to ",
+                   shape_str(requested), " (dimension ", i, ": ", have, " to ", want, ")");
     shape[i] = want;
     strides[i] = have == want ? this->strides()[i - lead] : 0;
   }
@@ -261,8 +259,8 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim_) {
   int d = wrap_dim(dim_, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> expanded;
   for (const Tensor& t : tensors) {
-    HEADROOM_CHECK(t.shape() == tensors[0].shape(), "[stack] shapes differ: ",
-                   shape_str(tensors[0].shape()), " and ", shape_str(t.shape()));
+    HEADROOM_CHECK(t.shape() == tensors[0].shape(), "[stack] shapes differ: ", shape_str(tensors[0].shape()), " and ",
+                   shape_str(t.shape()));
     expanded.push_back(t.unsqueeze(d));
   }
   return cat(expanded, d);

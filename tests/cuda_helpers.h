@@ -14,8 +14,8 @@ namespace headroom::testing {
 // the same random seed gradient, and compares the outputs and the gradient of
 // every floating input (atol + rtol * |cpu|).  Integer inputs (indices, masks)
 // are copied as they are.
-inline void check_parity(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
-                         const std::vector<Tensor>& inputs, double atol, double rtol = 1e-4) {
+inline void check_parity(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
+                         double atol, double rtol = 1e-4) {
   auto run = [&](Device device, std::vector<Tensor>& leaves) {
     for (const Tensor& input : inputs) {
       Tensor leaf = input.detach().to(device).clone();
@@ -45,4 +45,3 @@ inline void check_parity(const std::function<Tensor(const std::vector<Tensor>&)>
 }
 
 }  // namespace headroom::testing
-

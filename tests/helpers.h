@@ -19,10 +19,8 @@ namespace headroom::testing {
 
 // True when every |a - b| <= atol + rtol * |b|; otherwise a message with the
 // first few mismatches and the max difference.
-inline std::string compare(const std::vector<double>& a, const std::vector<double>& b, double atol,
-                           double rtol) {
-  if (a.size() != b.size())
-    return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+inline std::string compare(const std::vector<double>& a, const std::vector<double>& b, double atol, double rtol) {
+  if (a.size() != b.size()) return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
   std::ostringstream os;
   double max_diff = 0;
   int shown = 0;
@@ -47,9 +45,9 @@ inline std::string compare(const Tensor& a, const Tensor& b, double atol, double
 // Gradcheck (f64) through an attention module's parameters and its input:
 // converts the module to f64, draws x [B, T, d] from `gen`, and checks
 // `output(m.forward({x, no memory, causal, key_padding}))` (default: .out).
-inline autograd::GradcheckResult gradcheck_attention(
-    Attention& m, const Shape& x_shape, Generator& gen, bool causal, const Tensor& key_padding,
-    const std::function<Tensor(const AttentionOutput&)>& output = {}) {
+inline autograd::GradcheckResult gradcheck_attention(Attention& m, const Shape& x_shape, Generator& gen, bool causal,
+                                                     const Tensor& key_padding,
+                                                     const std::function<Tensor(const AttentionOutput&)>& output = {}) {
   m.to(DType::f64);
   Tensor x = Tensor::randn(x_shape, gen, DType::f64).set_requires_grad();
   std::vector<Tensor> inputs = m.parameters();
@@ -92,10 +90,10 @@ struct TempDir {
 }  // namespace headroom::testing
 
 // CHECK_CLOSE(a, b, atol[, rtol]) for tensors or vectors of doubles.
-#define CHECK_CLOSE(a, b, ...)                                            \
-  do {                                                                    \
+#define CHECK_CLOSE(a, b, ...)                                                       \
+  do {                                                                               \
     std::string headroom_mismatch = ::headroom::testing::compare(a, b, __VA_ARGS__); \
-    CHECK_MESSAGE(headroom_mismatch.empty(), headroom_mismatch);          \
+    CHECK_MESSAGE(headroom_mismatch.empty(), headroom_mismatch);                     \
   } while (0)
 
 // CHECK_THROWS_HEADROOM(expr, "substring"): expr throws headroom::Error whose

@@ -52,15 +52,14 @@ kernels::AttentionProblem dense_problem(const Tensor& q, const Tensor& k, const 
 
 // The reference: reference::attention_forward (ops/reference/kernels.h, one
 // materialised row of scores at a time) in double.
-Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
-                       uint64_t seed = 0, uint64_t first = 0) {
-  std::vector<uint8_t> pad = o.key_padding_mask.defined() ? o.key_padding_mask.to_vector<uint8_t>()
-                                                          : std::vector<uint8_t>();
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o, uint64_t seed = 0,
+                       uint64_t first = 0) {
+  std::vector<uint8_t> pad =
+      o.key_padding_mask.defined() ? o.key_padding_mask.to_vector<uint8_t>() : std::vector<uint8_t>();
   Tensor q64 = q.to(DType::f64).contiguous(), k64 = k.to(DType::f64).contiguous(), v64 = v.to(DType::f64).contiguous();
   Tensor out = Tensor::empty(q.shape(), DType::f64), lse = Tensor::empty({q.numel() / q.size(3)}, DType::f64);
-  reference::attention_forward<double>(dense_problem(q, k, o, pad, seed, first), q64.data<double>(),
-                                       k64.data<double>(), v64.data<double>(), out.data<double>(),
-                                       lse.data<double>());
+  reference::attention_forward<double>(dense_problem(q, k, o, pad, seed, first), q64.data<double>(), k64.data<double>(),
+                                       v64.data<double>(), out.data<double>(), lse.data<double>());
   return out;
 }
 
@@ -130,12 +129,11 @@ TEST_CASE("attention f32 forward equals the materialised loop over multi-tile sh
     int64_t offset;
     bool padded;
   };
-  for (const Case& c : {Case{"plain", 150, 150, 3, false, 0, false},
-                        Case{"causal", 150, 150, 3, true, 0, false},
-                        Case{"causal + padding", 150, 150, 3, true, 0, true},
-                        Case{"causal offset, T < S", 70, 300, 3, true, 230, true},
-                        Case{"negative offset hides early rows", 70, 150, 3, true, -20, false},
-                        Case{"h_kv = 1, non-causal S > T", 90, 200, 1, false, 0, true}}) {
+  for (const Case& c :
+       {Case{"plain", 150, 150, 3, false, 0, false}, Case{"causal", 150, 150, 3, true, 0, false},
+        Case{"causal + padding", 150, 150, 3, true, 0, true}, Case{"causal offset, T < S", 70, 300, 3, true, 230, true},
+        Case{"negative offset hides early rows", 70, 150, 3, true, -20, false},
+        Case{"h_kv = 1, non-causal S > T", 90, 200, 1, false, 0, true}}) {
     CAPTURE(c.name);
     Tensor q = random({B, h, c.T, d}, 1, DType::f32), k = random({B, c.h_kv, c.S, d}, 2, DType::f32);
     Tensor v = random({B, c.h_kv, c.S, d}, 3, DType::f32);
@@ -327,8 +325,9 @@ TEST_CASE("attention reads K and V in place from column slices of one projection
   CHECK_CLOSE(strided, copied, 1e-12);
   CHECK_CLOSE(strided_dq, q.grad(), 1e-12);
   CHECK_CLOSE(strided_dkv, kv.grad(), 1e-12);
-  check_gradcheck([&](const std::vector<Tensor>& in) { return attention(in[0], heads(in[1], 0), heads(in[1], h * d), o); },
-                  {param({B, h, T, d}, 53), param({B * S, 2 * h * d}, 54)});
+  check_gradcheck(
+      [&](const std::vector<Tensor>& in) { return attention(in[0], heads(in[1], 0), heads(in[1], h * d), o); },
+      {param({B, h, T, d}, 53), param({B * S, 2 * h * d}, 54)});
 }
 
 TEST_CASE("attention is bitwise identical for 1 and 2 threads, forward and backward") {
@@ -421,9 +420,9 @@ TEST_CASE("attention errors: shapes, dtypes, h_kv, mask, options, plan") {
   CHECK_THROWS_HEADROOM(routed_attention(Tensor::zeros({5, 8}), k, v, plan, 3),
                         "expected q_rows of shape [plan.rows()=6, d_h]");
   CHECK_THROWS_HEADROOM(routed_attention(Tensor::zeros({6, 8}), k, v, plan, 2), "plan has 6 tokens but B*T = 2*2");
-  CHECK_THROWS_HEADROOM(routed_attention(Tensor::zeros({6, 8}), Tensor::zeros({2, 3, 5, 8}),
-                                         Tensor::zeros({2, 3, 5, 8}), plan, 3),
-                        "[routed_attention] k and v must have h_kv == h (4) or 1");
+  CHECK_THROWS_HEADROOM(
+      routed_attention(Tensor::zeros({6, 8}), Tensor::zeros({2, 3, 5, 8}), Tensor::zeros({2, 3, 5, 8}), plan, 3),
+      "[routed_attention] k and v must have h_kv == h (4) or 1");
   CHECK(routed_attention(Tensor::zeros({6, 8}), k, v, plan, 3).shape() == Shape{6, 8});
   RoutePlan shuffled = plan_of({0, 0, 0, 0, 0, 0}, 1, 4);
   shuffled.order = Tensor::from_vector(std::vector<int32_t>{0, 2, 1, 3, 4, 5});  // not a stable sort

@@ -50,7 +50,8 @@ TEST_CASE("backward errors: no grad, integer outputs, freed graph, in-place chan
   autograd::Saved saved;
   saved.add(w);
   w.fill_(3);
-  CHECK_THROWS_HEADROOM(saved.check_versions("mul"), "[mul] a tensor saved for backward was modified in place (version 1, expected 0)");
+  CHECK_THROWS_HEADROOM(saved.check_versions("mul"),
+                        "[mul] a tensor saved for backward was modified in place (version 1, expected 0)");
 }
 
 TEST_CASE("NoGradGuard and detach stop recording") {
@@ -141,8 +142,8 @@ TEST_CASE("slice gradients are added into their region only, in any order with w
   SUBCASE("disjoint and overlapping column slices of a node") {
     Tensor x = param({4, 6});
     Tensor mid = x.reshape({4, 6});
-    Tensor parts = cat({mid.narrow(1, 0, 1).reshape({-1}), mid.narrow(1, 1, 3).reshape({-1}),
-                        mid.narrow(1, 2, 4).reshape({-1})}, 0);
+    Tensor parts = cat(
+        {mid.narrow(1, 0, 1).reshape({-1}), mid.narrow(1, 1, 3).reshape({-1}), mid.narrow(1, 2, 4).reshape({-1})}, 0);
     parts.backward(Tensor::ones(parts.shape(), DType::f64));
     CHECK(x.grad().to_vector<double>() == expected_from({{0, 1}, {1, 4}, {2, 6}}, 0));
   }

@@ -39,7 +39,9 @@ TEST_CASE("tokenize_13a unescapes entities and handles <skipped>, line breaks an
   CHECK(tokenize_13a("line-\nbreak two\nlines") == "linebreak two lines");
   CHECK(tokenize_13a("Grüße aus der Straße.") == "Grüße aus der Straße .");
   // U+00A0 (no-break space) and U+3000 (ideographic space) separate words as in Python's split().
-  CHECK(tokenize_13a("a\xc2\xa0" "b\xe3\x80\x80" "c") == "a b c");
+  CHECK(tokenize_13a("a\xc2\xa0"
+                     "b\xe3\x80\x80"
+                     "c") == "a b c");
   CHECK(tokenize_13a("\xc3\x85.") == "\xc3\x85 .");  // Å: its second byte 0x85 is not U+0085
 }
 
@@ -49,7 +51,8 @@ TEST_CASE("corpus_bleu of identical and disjoint corpora") {
   CHECK(same.score == doctest::Approx(100.0).epsilon(1e-12));
   CHECK(same.brevity_penalty == 1.0);
   CHECK(same.hyp_len == 16);
-  CHECK(same.to_string() == "BLEU = 100.00 100.0/100.0/100.0/100.0 (BP = 1.000 ratio = 1.000 hyp_len = 16 ref_len = 16)");
+  CHECK(same.to_string() ==
+        "BLEU = 100.00 100.0/100.0/100.0/100.0 (BP = 1.000 ratio = 1.000 hyp_len = 16 ref_len = 16)");
 
   // No match of any order: sacreBLEU returns 0 with all precisions 0 (no smoothing).
   BleuScore disjoint = corpus_bleu({"w x y z"}, {"a b c d"});
@@ -73,8 +76,8 @@ TEST_CASE("corpus_bleu on a hand-counted two-sentence corpus") {
   // without a match) 100 / (2 * 4) = 12.5.
   // BP = exp(1 - 11/10) = 0.904837...
   // BLEU = BP * (80 * 50 * 16.667 * 12.5)^(1/4) = 0.904837 * 30.2138 = 27.3385
-  BleuScore bleu = corpus_bleu({"the cat sat on the mat", "a dog ran."},
-                               {"the cat is on the mat", "the dog ran away."});
+  BleuScore bleu =
+      corpus_bleu({"the cat sat on the mat", "a dog ran."}, {"the cat is on the mat", "the dog ran away."});
   CHECK(bleu.matches[0] == 8);
   CHECK(bleu.matches[3] == 0);
   CHECK(bleu.totals[1] == 8);

@@ -121,8 +121,8 @@ TEST_CASE("cuda attention: non-contiguous q, k, v and an explicit scale") {
   AttentionFn permuted = [o](const std::vector<Tensor>& in) {
     return attention(in[0].permute({0, 2, 1, 3}), in[1].permute({0, 2, 1, 3}), in[2].narrow(3, 1, 24), o);
   };
-  check_parity(permuted, {random({2, 37, 3, 24}, 1), random({2, 37, 3, 24}, 2), random({2, 3, 37, 26}, 3)},
-               kAtol32, kRtol32);
+  check_parity(permuted, {random({2, 37, 3, 24}, 1), random({2, 37, 3, 24}, 2), random({2, 3, 37, 26}, 3)}, kAtol32,
+               kRtol32);
 }
 
 TEST_CASE("cuda attention: key padding with a fully padded sequence, causal or not, h_kv = h or 1") {

@@ -60,8 +60,7 @@ TEST_CASE("cuda: randint on the device holds the CPU's draws") {
 
 TEST_CASE("cuda: autograd through to(device) returns the gradient to the CPU") {
   Generator gen(5);
-  check_parity([](const std::vector<Tensor>& in) { return in[0].t().contiguous(); },
-               {Tensor::randn({3, 4}, gen)}, 0);
+  check_parity([](const std::vector<Tensor>& in) { return in[0].t().contiguous(); }, {Tensor::randn({3, 4}, gen)}, 0);
 }
 
 TEST_CASE("cuda: the caching allocator reuses blocks and reports its statistics") {

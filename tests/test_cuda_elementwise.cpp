@@ -25,15 +25,13 @@ struct NamedBinary {
   BinaryFn fn;
 };
 
-const NamedBinary kBinaryOps[] = {
-    {"add", headroom::add}, {"sub", headroom::sub},         {"mul", headroom::mul},
-    {"div", headroom::div}, {"pow", headroom::pow},         {"maximum", headroom::maximum},
-    {"minimum", headroom::minimum}};
+const NamedBinary kBinaryOps[] = {{"add", headroom::add},        {"sub", headroom::sub}, {"mul", headroom::mul},
+                                  {"div", headroom::div},        {"pow", headroom::pow}, {"maximum", headroom::maximum},
+                                  {"minimum", headroom::minimum}};
 
 // Operands of a binary op: pow takes a > 0 (its d/db uses log a), div takes b
 // away from 0, maximum and minimum small integers (ties split the gradient).
-Inputs binary_inputs(const std::string& op, const Shape& a_shape, const Shape& b_shape, Generator& gen,
-                     DType dtype) {
+Inputs binary_inputs(const std::string& op, const Shape& a_shape, const Shape& b_shape, Generator& gen, DType dtype) {
   auto draw = [&](const Shape& shape, bool positive) {
     if (op == "maximum" || op == "minimum") return small_ints(shape, gen, dtype);
     return positive ? Tensor::rand(shape, gen, dtype, 0.5, 2) : Tensor::randn(shape, gen, dtype);
@@ -52,12 +50,10 @@ Tensor gelu_tanh(const Tensor& x) { return gelu(x, GeluApprox::tanh); }
 Tensor clamp_unit(const Tensor& x) { return clamp(x, -1, 1); }
 
 const NamedUnary kUnaryOps[] = {
-    {"neg", headroom::neg, false},         {"exp", headroom::exp, false},
-    {"log", headroom::log, true},          {"sqrt", headroom::sqrt, true},
-    {"tanh", headroom::tanh, false},       {"sigmoid", headroom::sigmoid, false},
-    {"relu", headroom::relu, false},       {"gelu erf", gelu_erf, false},
-    {"gelu tanh", gelu_tanh, false},       {"silu", headroom::silu, false},
-    {"abs", headroom::abs, false},         {"clamp", clamp_unit, false}};
+    {"neg", headroom::neg, false},   {"exp", headroom::exp, false},   {"log", headroom::log, true},
+    {"sqrt", headroom::sqrt, true},  {"tanh", headroom::tanh, false}, {"sigmoid", headroom::sigmoid, false},
+    {"relu", headroom::relu, false}, {"gelu erf", gelu_erf, false},   {"gelu tanh", gelu_tanh, false},
+    {"silu", headroom::silu, false}, {"abs", headroom::abs, false},   {"clamp", clamp_unit, false}};
 
 // x for an activation: positive draws for log and sqrt; otherwise normal
 // draws, or small integers (exact zeros and clamp bounds) when `ints`.
@@ -70,9 +66,9 @@ Tensor unary_input(const NamedUnary& op, const Shape& shape, Generator& gen, DTy
 
 TEST_CASE("cuda elementwise: binary ops with broadcasting, odd and empty shapes (f32)") {
   Generator gen(11);
-  const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{7, 33}, {7, 33}}, {{3, 1, 5}, {4, 5}}, {{257}, {1}}, {{1}, {2, 257}}, {{}, {2, 3}},
-      {{0, 5}, {5}},      {{4, 0}, {1, 1}}};
+  const std::vector<std::pair<Shape, Shape>> shapes = {{{7, 33}, {7, 33}}, {{3, 1, 5}, {4, 5}}, {{257}, {1}},
+                                                       {{1}, {2, 257}},    {{}, {2, 3}},        {{0, 5}, {5}},
+                                                       {{4, 0}, {1, 1}}};
   for (const NamedBinary& op : kBinaryOps) {
     for (const auto& [a_shape, b_shape] : shapes) {
       INFO(op.name, " ", shape_str(a_shape), " with ", shape_str(b_shape));
@@ -90,8 +86,11 @@ TEST_CASE("cuda elementwise: binary ops on permuted, sliced and expanded operand
     check_parity([&](const Inputs& in) { return op.fn(in[0].t(), in[1].slice(1, 0, 66, 2)); },
                  binary_inputs(op.name, {33, 7}, {7, 66}, gen, DType::f32), 1e-5, 1e-5);
     // a: [5, 4, 6] permuted to [6, 5, 4]; b: a row expanded (stride 0) to [5, 4].
-    check_parity([&](const Inputs& in) { return op.fn(in[0].permute({2, 0, 1}), in[1].expand({5, 4})); },
-                 binary_inputs(op.name, {5, 4, 6}, {4}, gen, DType::f32), 1e-5, 1e-5);
+    check_parity(
+        [&](const Inputs& in) {
+          return op.fn(in[0].permute({2, 0, 1}), in[1].expand({5, 4}));
+        },
+        binary_inputs(op.name, {5, 4, 6}, {4}, gen, DType::f32), 1e-5, 1e-5);
   }
 }
 

@@ -39,10 +39,10 @@ TEST_CASE("cuda matmul: 2-D products at odd sizes, f32 and f64") {
 TEST_CASE("cuda matmul: transposed operands read in place, and strided ones copied") {
   auto both_t = [](const Inputs& in) { return matmul(in[0].t(), in[1].t()); };
   check_parity(both_t, {randn({4, 3}, 1), randn({5, 4}, 2)}, kTol32, kTol32);
-  check_parity([](const Inputs& in) { return matmul(in[0].t(), in[1]); },
-               {randn({9, 6}, 3), randn({9, 5}, 4)}, kTol32, kTol32);
-  check_parity([](const Inputs& in) { return matmul(in[0], in[1].t()); },
-               {randn({6, 9}, 5), randn({5, 9}, 6)}, kTol32, kTol32);
+  check_parity([](const Inputs& in) { return matmul(in[0].t(), in[1]); }, {randn({9, 6}, 3), randn({9, 5}, 4)}, kTol32,
+               kTol32);
+  check_parity([](const Inputs& in) { return matmul(in[0], in[1].t()); }, {randn({6, 9}, 5), randn({5, 9}, 6)}, kTol32,
+               kTol32);
   // Column stride 2 (a copy) and a row stride larger than the width (read in place).
   check_parity([](const Inputs& in) { return matmul(in[0].slice(1, 0, 8, 2), in[1].slice(0, 1, 9, 2)); },
                {randn({3, 8}, 7), randn({9, 5}, 8)}, kTol32, kTol32);
@@ -76,8 +76,7 @@ TEST_CASE("cuda matmul: broadcast batches") {
   // Mixed broadcasts: batch [2, 3] from [2, 1] and [3], and [4, 5] from [4, 1] and [1, 5]: runs of calls.
   check_parity(product, {randn({2, 1, 3, 4}, 3), randn({3, 4, 5}, 4)}, kTol32, kTol32);
   check_parity(product, {randn({4, 1, 2, 3}, 5), randn({1, 5, 3, 2}, 6)}, kTol32, kTol32);
-  check_parity(product, {randn({2, 3, 3, 4}, 7, DType::f64), randn({3, 4, 2}, 8, DType::f64)}, kTol64,
-               kTol64);
+  check_parity(product, {randn({2, 3, 3, 4}, 7, DType::f64), randn({3, 4, 2}, 8, DType::f64)}, kTol64, kTol64);
   check_parity(product, {randn({4}, 9), randn({2, 4, 5}, 10)}, kTol32, kTol32);  // [4] -> [1, 4]
 }
 
@@ -88,8 +87,7 @@ TEST_CASE("cuda matmul: linear with and without bias, and many rows for the bias
   check_parity(without_bias, {randn({2, 3, 4}, 4), randn({5, 4}, 5)}, kTol32, kTol32);
   check_parity(with_bias, {randn({33}, 6), randn({7, 33}, 7), randn({7}, 8)}, kTol32, kTol32);
   // 4200 rows: the bias gradient sums 66 chunks, then 2, then 1.
-  check_parity(with_bias,
-               {randn({4200, 3}, 9, DType::f64), randn({2, 3}, 10, DType::f64), randn({2}, 11, DType::f64)},
+  check_parity(with_bias, {randn({4200, 3}, 9, DType::f64), randn({2, 3}, 10, DType::f64), randn({2}, 11, DType::f64)},
                1e-10, kTol64);
   check_parity(with_bias, {randn({4200, 3}, 12), randn({2, 3}, 13), randn({2}, 14)}, 1e-3, kTol32);
 }
@@ -116,7 +114,6 @@ TEST_CASE("cuda matmul: TF32 tensor-core products stay close to FP32") {
 
 TEST_CASE("cuda matmul: operands on two devices are refused") {
   CHECK_THROWS_HEADROOM(matmul(randn({2, 3}, 1).to(Device::cuda()), randn({3, 2}, 2)), "different devices");
-  CHECK_THROWS_HEADROOM(
-      linear(randn({2, 3}, 3).to(Device::cuda()), randn({4, 3}, 4).to(Device::cuda()), randn({4}, 5)),
-      "different devices");
+  CHECK_THROWS_HEADROOM(linear(randn({2, 3}, 3).to(Device::cuda()), randn({4, 3}, 4).to(Device::cuda()), randn({4}, 5)),
+                        "different devices");
 }

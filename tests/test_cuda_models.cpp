@@ -9,10 +9,10 @@
 #include "transformer_helpers.h"
 
 using namespace headroom;
-using headroom::testing::compare;
-using headroom::testing::TempDir;
 using headroom::testing::check_same_pass;
+using headroom::testing::compare;
 using headroom::testing::layer_pass;
+using headroom::testing::TempDir;
 
 namespace {
 
@@ -28,8 +28,8 @@ ModelConfig parity_config(const std::string& type) {
   c.dim = 16, c.heads = 4, c.ffn_hidden = 32;
   c.attention.type = type;
   if (type == "moa")
-    c.attention.options = {{"experts", "4"}, {"k", "2"}, {"head_dim", "8"}, {"w_z", "0.01"}, {"w_cv", "0.1"},
-                           {"noisy_gating", "true"}};
+    c.attention.options = {{"experts", "4"}, {"k", "2"},      {"head_dim", "8"},
+                           {"w_z", "0.01"},  {"w_cv", "0.1"}, {"noisy_gating", "true"}};
   if (type == "moh") c.attention.options = {{"shared_heads", "1"}, {"routed_k", "2"}};
   return c;
 }
@@ -78,7 +78,8 @@ Training train_steps(DecoderLM& model, const ModelConfig& c, int steps) {
   auto mae_layers = collect_modules<MAEAttention>(model);
   std::unique_ptr<BlockCoordinateDescent> bcd;
   std::unique_ptr<AdamW> adamw;
-  if (!mae_layers.empty()) bcd = std::make_unique<BlockCoordinateDescent>(model, mae_layers, 1e-2, 1e-2, BCDOptions{1, 1, 1});
+  if (!mae_layers.empty())
+    bcd = std::make_unique<BlockCoordinateDescent>(model, mae_layers, 1e-2, 1e-2, BCDOptions{1, 1, 1});
   else adamw = std::make_unique<AdamW>(model.parameters(), 1e-2);
   Training run;
   for (int step = 0; step < steps; ++step) {
@@ -123,7 +124,8 @@ TEST_CASE("cuda models: forward outputs and aux losses of every attention type m
       CHECK(a.out.device() == kCuda);
       CHECK_CLOSE(a.out, b.out, 1e-5, 1e-4);
       REQUIRE(a.aux_losses.size() == b.aux_losses.size());
-      for (size_t i = 0; i < a.aux_losses.size(); ++i) CHECK_CLOSE(a.aux_losses[i].value, b.aux_losses[i].value, 1e-6, 1e-4);
+      for (size_t i = 0; i < a.aux_losses.size(); ++i)
+        CHECK_CLOSE(a.aux_losses[i].value, b.aux_losses[i].value, 1e-6, 1e-4);
       REQUIRE(a.stats.size() == b.stats.size());
       for (size_t l = 0; l < a.stats.size(); ++l) {
         INFO("layer ", l);
@@ -253,17 +255,16 @@ std::vector<std::pair<std::string, std::shared_ptr<Attention>>> rope_layers(Gene
 
 }  // namespace
 
-TEST_CASE("cuda models: RoPE on the GPU matches the CPU: the rotary op (both forms), every method's layer "
-          "(outputs, aux, gradients), cached decoding") {
+TEST_CASE(
+    "cuda models: RoPE on the GPU matches the CPU: the rotary op (both forms), every method's layer "
+    "(outputs, aux, gradients), cached decoding") {
   Generator gen(17);
   Tensor heads = Tensor::randn({2, 3, 5, 6}, gen);
-  testing::check_parity([](const std::vector<Tensor>& in) { return rotary_embedding(in[0], 3, 100.0); }, {heads},
-                        1e-6);
+  testing::check_parity([](const std::vector<Tensor>& in) { return rotary_embedding(in[0], 3, 100.0); }, {heads}, 1e-6);
   Tensor rows = Tensor::randn({7, 4}, gen);
   Tensor positions = Tensor::from_vector<int32_t>({0, 5, 2, 2, 9, 1, 3});
-  testing::check_parity(
-      [](const std::vector<Tensor>& in) { return rotary_embedding_rows(in[0], in[1], 10, 10000.0); },
-      {rows, positions}, 1e-6);
+  testing::check_parity([](const std::vector<Tensor>& in) { return rotary_embedding_rows(in[0], in[1], 10, 10000.0); },
+                        {rows, positions}, 1e-6);
 
   Tensor x = Tensor::randn({2, 5, 16}, gen), dout = Tensor::randn({2, 5, 16}, gen);
   Generator cpu_gen(9), cuda_gen(9);
@@ -287,7 +288,8 @@ TEST_CASE("cuda models: RoPE on the GPU matches the CPU: the rotary op (both for
   }
 }
 
-TEST_CASE("cuda models: cached decoding on the GPU equals the full forward; greedy and beam search give the CPU's tokens") {
+TEST_CASE(
+    "cuda models: cached decoding on the GPU equals the full forward; greedy and beam search give the CPU's tokens") {
   for (const std::string type : kTypes) {
     CAPTURE(type);
     ModelConfig c = parity_config(type);
@@ -338,7 +340,8 @@ TEST_CASE("cuda models: a checkpoint written from CUDA loads on the CPU (and bac
     const Device device = model.device();
     opt.zero_grad();
     ModelOutput out = model.forward(tokens.narrow(1, 0, 8).contiguous().to(device));
-    Tensor task = cross_entropy(out.out.reshape({-1, c.vocab}), tokens.narrow(1, 1, 8).contiguous().reshape({-1}).to(device));
+    Tensor task =
+        cross_entropy(out.out.reshape({-1, c.vocab}), tokens.narrow(1, 1, 8).contiguous().reshape({-1}).to(device));
     Tensor loss = training_loss(task, out.aux_losses, 16);
     loss.backward();
     opt.step();
@@ -353,7 +356,8 @@ TEST_CASE("cuda models: a checkpoint written from CUDA loads on the CPU (and bac
   // Load into the CPU twin: the weights and the optimizer state arrive bitwise.
   SafetensorsFile file = load_safetensors(dir.file("cuda.safetensors"));
   NamedTensors model_entries, optimizer_entries;
-  for (auto& entry : file.tensors) (entry.first.rfind("optim.", 0) == 0 ? optimizer_entries : model_entries).push_back(entry);
+  for (auto& entry : file.tensors)
+    (entry.first.rfind("optim.", 0) == 0 ? optimizer_entries : model_entries).push_back(entry);
   on_cpu->load_state_dict(model_entries);
   AdamW cpu_opt(on_cpu->parameters(), 1e-2);
   cpu_opt.load_state(optimizer_entries);

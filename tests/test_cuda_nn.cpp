@@ -90,11 +90,8 @@ TEST_CASE("cuda nn: norms of a non-contiguous 3-D input, empty rows, and many ro
   for (bool center : {true, false}) {
     INFO("center ", center);
     check_parity(
-        [center](const Inputs& in) {
-          return center ? layer_norm(in[0], in[1], in[2]) : rms_norm(in[0], in[1]);
-        },
-        {randn({4097, 5}, 6, DType::f64), randn({5}, 7, DType::f64), randn({5}, 8, DType::f64)}, 1e-10,
-        kTol64);
+        [center](const Inputs& in) { return center ? layer_norm(in[0], in[1], in[2]) : rms_norm(in[0], in[1]); },
+        {randn({4097, 5}, 6, DType::f64), randn({5}, 7, DType::f64), randn({5}, 8, DType::f64)}, 1e-10, kTol64);
   }
 }
 
@@ -151,10 +148,9 @@ TEST_CASE("cuda nn: cross_entropy for every reduction, ignored rows and label sm
         opts.reduction = reduction;
         opts.label_smoothing = smoothing;
         opts.ignore_index = -1;
-        check_parity(
-            [opts](const Inputs& in) { return cross_entropy(in[0], in[1], opts); },
-            {randn({7, classes}, classes, DType::f32, 2), targets_with_ignored(7, classes, -1, classes)},
-            kAtol32, kRtol32);
+        check_parity([opts](const Inputs& in) { return cross_entropy(in[0], in[1], opts); },
+                     {randn({7, classes}, classes, DType::f32, 2), targets_with_ignored(7, classes, -1, classes)},
+                     kAtol32, kRtol32);
       }
 }
 
@@ -166,8 +162,8 @@ TEST_CASE("cuda nn: cross_entropy of 3-D and strided logits, all ignored, empty,
       return cross_entropy(in[0], in[1], opts);
     };
   };
-  check_parity(with(Reduction::mean),
-               {randn({2, 3, 9}, 1), targets_with_ignored(6, 9, -100, 2).reshape({2, 3})}, kAtol32, kRtol32);
+  check_parity(with(Reduction::mean), {randn({2, 3, 9}, 1), targets_with_ignored(6, 9, -100, 2).reshape({2, 3})},
+               kAtol32, kRtol32);
   check_parity(
       [&](const Inputs& in) {
         return with(Reduction::sum)({in[0].t(), in[1]});
@@ -183,9 +179,7 @@ TEST_CASE("cuda nn: cross_entropy of 3-D and strided logits, all ignored, empty,
 }
 
 TEST_CASE("cuda nn: bad device indices and targets, and inputs on two devices, fail with a message") {
-  auto on_device = [](const std::vector<int32_t>& values) {
-    return Tensor::from_vector(values).to(Device::cuda());
-  };
+  auto on_device = [](const std::vector<int32_t>& values) { return Tensor::from_vector(values).to(Device::cuda()); };
   Tensor x = randn({2, 3}, 1).to(Device::cuda());
   CHECK_THROWS_HEADROOM(embedding(x, on_device({0, 2})), "index 2 at position 1 is out of range");
   CHECK_THROWS_HEADROOM(cross_entropy(x, on_device({1, 3})), "target 3 at position 1 is outside [0, 3)");

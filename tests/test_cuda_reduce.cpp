@@ -32,10 +32,18 @@ struct Case {
 // [outer, n, inner] arrangements: one dimension (inner 1, inner >= 32, inner
 // between), adjacent and non-adjacent dimension lists, all dimensions, long
 // slices (many elements per thread), size-1 slices and a 0-d input.
-const Case kCases[] = {
-    {{3, 7, 33}, {1}, false},   {{3, 7, 33}, {0, 2}, true}, {{3, 7, 33}, {}, false}, {{3, 7, 33}, {-1}, true},
-    {{257}, {0}, false},        {{5, 1}, {1}, false},       {{2, 3, 5}, {0, 1}, false}, {{40, 3001}, {1}, false},
-    {{3001, 40}, {0}, true},    {{2, 1000, 3}, {1}, false}, {{}, {}, false},         {{33, 2, 2, 2}, {1, 3}, false}};
+const Case kCases[] = {{{3, 7, 33}, {1}, false},
+                       {{3, 7, 33}, {0, 2}, true},
+                       {{3, 7, 33}, {}, false},
+                       {{3, 7, 33}, {-1}, true},
+                       {{257}, {0}, false},
+                       {{5, 1}, {1}, false},
+                       {{2, 3, 5}, {0, 1}, false},
+                       {{40, 3001}, {1}, false},
+                       {{3001, 40}, {0}, true},
+                       {{2, 1000, 3}, {1}, false},
+                       {{}, {}, false},
+                       {{33, 2, 2, 2}, {1, 3}, false}};
 
 using Reduction = std::function<Tensor(const Tensor&, const Dims&, bool)>;
 
@@ -59,8 +67,8 @@ TEST_CASE("cuda reduce: sum, mean, logsumexp, max, min over every arrangement (f
   for (const NamedReduction& op : kReductions) {
     for (const Case& c : kCases) {
       INFO(op.name, " of ", shape_str(c.shape), " over ", shape_str(c.dims), c.keepdim ? " keepdim" : "");
-      check_parity([&](const Inputs& in) { return op.fn(in[0], c.dims, c.keepdim); },
-                   {Tensor::randn(c.shape, gen)}, 1e-5, 1e-5);
+      check_parity([&](const Inputs& in) { return op.fn(in[0], c.dims, c.keepdim); }, {Tensor::randn(c.shape, gen)},
+                   1e-5, 1e-5);
     }
   }
 }
@@ -70,10 +78,8 @@ TEST_CASE("cuda reduce: max and min route the gradient to the first of tied elem
   for (const NamedReduction& op : kReductions) {
     INFO(op.name);
     // Small integers: every slice holds ties, in rows (inner 1) and columns (inner 9).
-    check_parity([&](const Inputs& in) { return op.fn(in[0], {1}, false); }, {small_ints({9, 70}, gen)}, 1e-5,
-                 1e-5);
-    check_parity([&](const Inputs& in) { return op.fn(in[0], {0}, false); }, {small_ints({70, 9}, gen)}, 1e-5,
-                 1e-5);
+    check_parity([&](const Inputs& in) { return op.fn(in[0], {1}, false); }, {small_ints({9, 70}, gen)}, 1e-5, 1e-5);
+    check_parity([&](const Inputs& in) { return op.fn(in[0], {0}, false); }, {small_ints({70, 9}, gen)}, 1e-5, 1e-5);
   }
 }
 
@@ -83,8 +89,11 @@ TEST_CASE("cuda reduce: max(x) and min(x) over all elements, with ties, non-cont
     INFO((largest ? "max" : "min"));
     auto extreme = [largest](const Tensor& t) { return largest ? headroom::max(t) : headroom::min(t); };
     check_parity([&](const Inputs& in) { return extreme(in[0]); }, {small_ints({40, 3001}, gen)}, 0);
-    check_parity([&](const Inputs& in) { return extreme(in[0].permute({2, 0, 1})); },
-                 {Tensor::randn({4, 3, 9}, gen, DType::f64)}, 0);
+    check_parity(
+        [&](const Inputs& in) {
+          return extreme(in[0].permute({2, 0, 1}));
+        },
+        {Tensor::randn({4, 3, 9}, gen, DType::f64)}, 0);
     check_parity([&](const Inputs& in) { return extreme(in[0]); }, {Tensor::randn({}, gen)}, 0);
   }
 }
@@ -93,12 +102,18 @@ TEST_CASE("cuda reduce: non-contiguous inputs and f64") {
   Generator gen(33);
   for (const NamedReduction& op : kReductions) {
     INFO(op.name);
-    check_parity([&](const Inputs& in) { return op.fn(in[0].t(), {1}, false); }, {Tensor::randn({35, 6}, gen)},
-                 1e-5, 1e-5);
-    check_parity([&](const Inputs& in) { return op.fn(in[0].slice(2, 0, 9, 2).permute({2, 0, 1}), {0, 2}, true); },
-                 {Tensor::randn({4, 3, 9}, gen)}, 1e-5, 1e-5);
-    check_parity([&](const Inputs& in) { return op.fn(in[0], {0, 2}, false); },
-                 {Tensor::randn({5, 4, 33}, gen, DType::f64)}, 1e-12, 1e-12);
+    check_parity([&](const Inputs& in) { return op.fn(in[0].t(), {1}, false); }, {Tensor::randn({35, 6}, gen)}, 1e-5,
+                 1e-5);
+    check_parity(
+        [&](const Inputs& in) {
+          return op.fn(in[0].slice(2, 0, 9, 2).permute({2, 0, 1}), {0, 2}, true);
+        },
+        {Tensor::randn({4, 3, 9}, gen)}, 1e-5, 1e-5);
+    check_parity(
+        [&](const Inputs& in) {
+          return op.fn(in[0], {0, 2}, false);
+        },
+        {Tensor::randn({5, 4, 33}, gen, DType::f64)}, 1e-12, 1e-12);
   }
 }
 
@@ -107,8 +122,11 @@ TEST_CASE("cuda reduce: cumsum along each dimension, non-contiguous, f32 and f64
   for (int64_t dim : {0, 1, -1}) {
     INFO("dim ", dim);
     check_parity([&](const Inputs& in) { return cumsum(in[0], dim); }, {Tensor::randn({5, 300, 7}, gen)}, 1e-5, 1e-5);
-    check_parity([&](const Inputs& in) { return cumsum(in[0].permute({2, 0, 1}), dim); },
-                 {Tensor::randn({4, 3, 9}, gen, DType::f64)}, 1e-12, 1e-12);
+    check_parity(
+        [&](const Inputs& in) {
+          return cumsum(in[0].permute({2, 0, 1}), dim);
+        },
+        {Tensor::randn({4, 3, 9}, gen, DType::f64)}, 1e-12, 1e-12);
   }
   check_parity([&](const Inputs& in) { return cumsum(in[0], 1); }, {Tensor::randn({3, 0}, gen)}, 0, 0);
 }
@@ -116,10 +134,13 @@ TEST_CASE("cuda reduce: cumsum along each dimension, non-contiguous, f32 and f64
 TEST_CASE("cuda reduce: var with both corrections") {
   Generator gen(34);
   for (int64_t correction : {0, 1}) {
-    check_parity([&](const Inputs& in) { return var(in[0], {1}, correction); }, {Tensor::randn({6, 257}, gen)},
-                 1e-5, 1e-5);
-    check_parity([&](const Inputs& in) { return var(in[0].t(), {0, 2}, correction, true); },
-                 {Tensor::randn({7, 4, 3}, gen)}, 1e-5, 1e-5);
+    check_parity([&](const Inputs& in) { return var(in[0], {1}, correction); }, {Tensor::randn({6, 257}, gen)}, 1e-5,
+                 1e-5);
+    check_parity(
+        [&](const Inputs& in) {
+          return var(in[0].t(), {0, 2}, correction, true);
+        },
+        {Tensor::randn({7, 4, 3}, gen)}, 1e-5, 1e-5);
     check_parity([&](const Inputs& in) { return var(in[0], {}, correction); },
                  {Tensor::randn({33, 5}, gen, DType::f64)}, 1e-12, 1e-12);
   }
@@ -172,8 +193,8 @@ TEST_CASE("cuda reduce: empty slices and empty outputs") {
 TEST_CASE("cuda reduce: logsumexp with -inf and +inf entries") {
   const float inf = INFINITY;
   // Rows: some -inf (masked), all -inf, one +inf among numbers, large values.
-  Tensor x = Tensor::from_vector<float>({-inf, 1, -inf, 2, -inf, -inf, -inf, -inf, 3, inf, -1, 0, 1000, 999, 998, 0},
-                                        {4, 4});
+  Tensor x =
+      Tensor::from_vector<float>({-inf, 1, -inf, 2, -inf, -inf, -inf, -inf, 3, inf, -1, 0, 1000, 999, 998, 0}, {4, 4});
   std::vector<float> gpu = logsumexp(x.to(Device::cuda()), {1}).to(Device::cpu()).to_vector<float>();
   std::vector<float> cpu = logsumexp(x, {1}).to_vector<float>();
   REQUIRE(gpu.size() == 4);

@@ -157,8 +157,9 @@ TEST_CASE("cuda routing: put_along_rows matches the CPU, repeated indices, value
   Tensor values = randn({2, 2}, 4).to(Device::cuda());
   put_along_rows(values, Tensor::from_vector<int32_t>({0, 1, 7, 0}, {2, 2}).to(Device::cuda()), 4);
   backend(Device::cuda()).synchronize(0);
-  CHECK_THROWS_HEADROOM(put_along_rows(values, Tensor::from_vector<int32_t>({0, 1, 2, 3}, {2, 2}).to(Device::cuda()), 4),
-                        "[put_along_rows] index 7 at position 2 is outside [0, n = 4)");
+  CHECK_THROWS_HEADROOM(
+      put_along_rows(values, Tensor::from_vector<int32_t>({0, 1, 2, 3}, {2, 2}).to(Device::cuda()), 4),
+      "[put_along_rows] index 7 at position 2 is outside [0, n = 4)");
   CHECK_NOTHROW(put_along_rows(values, Tensor::from_vector<int32_t>({0, 1, 2, 3}, {2, 2}).to(Device::cuda()), 4));
 }
 
@@ -171,8 +172,11 @@ TEST_CASE("cuda routing: index_select forward and backward on every dimension") 
   for (int dim = 0; dim < 3; ++dim) {
     INFO("dim ", dim);
     Tensor indices = Tensor::from_vector(picks[dim]);
-    check_parity([&](const std::vector<Tensor>& in) { return index_select(in[0].permute({1, 2, 0}), dim, in[1]); },
-                 {x, indices}, 0);
+    check_parity(
+        [&](const std::vector<Tensor>& in) {
+          return index_select(in[0].permute({1, 2, 0}), dim, in[1]);
+        },
+        {x, indices}, 0);
   }
   // A 0-d index; no indices; integer and f64 tensors.
   check_parity([](const std::vector<Tensor>& in) { return index_select(in[0], 1, in[1]); },
@@ -195,13 +199,16 @@ TEST_CASE("cuda routing: gather_rows and scatter_add_rows, with and without gate
     for (int64_t width : {1, 33}) {
       // x is a column slice (non-contiguous).
       check_parity(
-          [&](const std::vector<Tensor>& in) { return gather_rows(in[0].slice(1, 1, width + 1), route(in[1], segments)); },
+          [&](const std::vector<Tensor>& in) {
+            return gather_rows(in[0].slice(1, 1, width + 1), route(in[1], segments));
+          },
           {randn({tokens, width + 2}, 1), c.indices}, 1e-6);
       check_parity(
           [&](const std::vector<Tensor>& in) { return scatter_add_rows(in[0], in[1].t(), route(in[2], segments)); },
           {randn({tokens * k, width}, 2), randn({k, tokens}, 3), c.indices}, 1e-5);
-      check_parity([&](const std::vector<Tensor>& in) { return scatter_add_rows(in[0], Tensor(), route(in[1], segments)); },
-                   {randn({tokens * k, width}, 4), c.indices}, 1e-5);
+      check_parity(
+          [&](const std::vector<Tensor>& in) { return scatter_add_rows(in[0], Tensor(), route(in[1], segments)); },
+          {randn({tokens * k, width}, 4), c.indices}, 1e-5);
     }
   }
   RoutingCase first = routing_cases()[0];

@@ -15,17 +15,26 @@ using Inputs = std::vector<Tensor>;
 
 TEST_CASE("cuda shape: reshape, view, flatten, squeeze and unsqueeze") {
   Generator gen(41);
-  check_parity([](const Inputs& in) { return in[0].reshape({5, -1}).view({35, 3}).unsqueeze(1).flatten(); },
-               {Tensor::randn({3, 5, 7}, gen)}, 0);
+  check_parity(
+      [](const Inputs& in) {
+        return in[0].reshape({5, -1}).view({35, 3}).unsqueeze(1).flatten();
+      },
+      {Tensor::randn({3, 5, 7}, gen)}, 0);
   // reshape of a transposed tensor copies; squeeze drops the size-1 dimension.
-  check_parity([](const Inputs& in) { return in[0].t().reshape({7, 1, 3}).squeeze(1) * 2.0; },
-               {Tensor::randn({3, 7}, gen)}, 1e-6);
+  check_parity(
+      [](const Inputs& in) {
+        return in[0].t().reshape({7, 1, 3}).squeeze(1) * 2.0;
+      },
+      {Tensor::randn({3, 7}, gen)}, 1e-6);
 }
 
 TEST_CASE("cuda shape: permute, transpose and contiguous") {
   Generator gen(42);
-  check_parity([](const Inputs& in) { return in[0].permute({2, 0, 1}).transpose(0, 2).contiguous(); },
-               {Tensor::randn({4, 6, 5}, gen)}, 0);
+  check_parity(
+      [](const Inputs& in) {
+        return in[0].permute({2, 0, 1}).transpose(0, 2).contiguous();
+      },
+      {Tensor::randn({4, 6, 5}, gen)}, 0);
   check_parity([](const Inputs& in) { return in[0].t().contiguous(); }, {Tensor::randn({33, 257}, gen)}, 0);
 }
 
@@ -42,8 +51,11 @@ TEST_CASE("cuda shape: expand sums its gradient back") {
   Generator gen(44);
   check_parity([](const Inputs& in) { return in[0].expand({2, 3, 4}); }, {Tensor::randn({3, 1}, gen)}, 1e-5, 1e-5);
   check_parity([](const Inputs& in) { return in[0].expand({257, 33}); }, {Tensor::randn({33}, gen)}, 1e-5, 1e-5);
-  check_parity([](const Inputs& in) { return in[0].expand({5, 1, 7}); }, {Tensor::randn({}, gen, DType::f64)},
-               1e-12, 1e-12);
+  check_parity(
+      [](const Inputs& in) {
+        return in[0].expand({5, 1, 7});
+      },
+      {Tensor::randn({}, gen, DType::f64)}, 1e-12, 1e-12);
 }
 
 TEST_CASE("cuda shape: clone and dtype conversions carry gradients") {
@@ -57,10 +69,16 @@ TEST_CASE("cuda shape: cat and stack, with an empty piece") {
   Generator gen(46);
   Inputs pieces = {Tensor::randn({2, 3, 5}, gen), Tensor::randn({2, 0, 5}, gen), Tensor::randn({2, 4, 5}, gen)};
   check_parity([](const Inputs& in) { return cat(in, 1); }, pieces, 0);
-  check_parity([](const Inputs& in) { return cat({in[0].permute({2, 1, 0}), in[2].permute({2, 1, 0})}, 1); },
-               pieces, 0);
-  check_parity([](const Inputs& in) { return cat({in[0], in[0].slice(0, 0, 2)}, -2) * sum(in[0]); },
-               {Tensor::randn({3, 4}, gen, DType::f64)}, 1e-12, 1e-12);
+  check_parity(
+      [](const Inputs& in) {
+        return cat({in[0].permute({2, 1, 0}), in[2].permute({2, 1, 0})}, 1);
+      },
+      pieces, 0);
+  check_parity(
+      [](const Inputs& in) {
+        return cat({in[0], in[0].slice(0, 0, 2)}, -2) * sum(in[0]);
+      },
+      {Tensor::randn({3, 4}, gen, DType::f64)}, 1e-12, 1e-12);
   check_parity([](const Inputs& in) { return stack(in, 1); }, {Tensor::randn({3, 7}, gen), Tensor::randn({3, 7}, gen)},
                0);
 }

@@ -55,15 +55,16 @@ std::string make_mo(const SentencePairs& entries, bool big_endian) {
     strs += u32(static_cast<uint32_t>(str.size())) + u32(strings + static_cast<uint32_t>(text.size()));
     text += str + '\0';
   }
-  return u32(0x950412de) + u32(0) + u32(n) + u32(msgid_table) + u32(msgstr_table) + u32(0) + u32(0) + ids + strs +
-         text;
+  return u32(0x950412de) + u32(0) + u32(n) + u32(msgid_table) + u32(msgstr_table) + u32(0) + u32(0) + ids + strs + text;
 }
 
 const SentencePairs kCatalog = {
-    {"", "Content-Type: text/plain; charset=UTF-8\n"},        // header: skipped
+    {"", "Content-Type: text/plain; charset=UTF-8\n"},  // header: skipped
     {"File not found", "Datei nicht gefunden"},
-    {"%d file\0%d files"s, "%d Datei\0%d Dateien"s},         // plural: singular forms
-    {"menu\x04Open", "\xc3\x96" "ffnen"},                      // context stripped; "Öffnen"
+    {"%d file\0%d files"s, "%d Datei\0%d Dateien"s},  // plural: singular forms
+    {"menu\x04Open",
+     "\xc3\x96"
+     "ffnen"},  // context stripped; "Öffnen"
 };
 
 }  // namespace
@@ -131,12 +132,12 @@ TEST_CASE("data: split_off moves a seeded, reproducible fraction out and keeps t
   std::vector<int> all(held);
   all.insert(all.end(), kept.begin(), kept.end());
   std::sort(all.begin(), all.end());
-  CHECK(all == std::vector<int>(ids.begin(), ids.end()));                             // a partition
-  CHECK(train.images.reshape({-1}).to_vector<int>() == kept);                        // images follow labels
+  CHECK(all == std::vector<int>(ids.begin(), ids.end()));      // a partition
+  CHECK(train.images.reshape({-1}).to_vector<int>() == kept);  // images follow labels
   ImageDataset again = make();
-  CHECK(split_off(again, 0.25, 7).labels.to_vector<int>() == held);                  // same seed, same split
+  CHECK(split_off(again, 0.25, 7).labels.to_vector<int>() == held);  // same seed, same split
   ImageDataset other = make();
-  CHECK(split_off(other, 0.25, 8).labels.to_vector<int>() != held);                  // another seed differs
+  CHECK(split_off(other, 0.25, 8).labels.to_vector<int>() != held);  // another seed differs
   CHECK_THROWS_HEADROOM(split_off(train, 0.01, 1), "leaves an empty part");
   CHECK_THROWS_HEADROOM(split_off(train, 1.0, 1), "fraction must be in (0, 1)");
 }
@@ -180,28 +181,33 @@ TEST_CASE("data: load_image_folder errors name the folder or file") {
 
 TEST_CASE("data: read_text_file accepts UTF-8 and names the offset of invalid bytes") {
   TempDir dir("text");
-  std::string good = "Gr\xc3\xbc\xc3\x9f" "e \xe2\x82\xac \xf0\x9f\x98\x80\n";  // Grüße € 😀
+  std::string good =
+      "Gr\xc3\xbc\xc3\x9f"
+      "e \xe2\x82\xac \xf0\x9f\x98\x80\n";  // Grüße € 😀
   CHECK(read_text_file(dir.write("good.txt", good)) == good);
   CHECK_THROWS_HEADROOM(read_text_file(dir.write("empty.txt", "")), "empty.txt: the file is empty");
   CHECK_THROWS_HEADROOM(read_text_file((dir.path / "none.txt").string()), "none.txt: cannot open");
-  CHECK_THROWS_HEADROOM(read_text_file(dir.write("latin1.txt", "abc\xfc" "d")), "invalid UTF-8 at byte offset 3");
-  CHECK(invalid_utf8_offset("ab\xc3") == 2);                  // truncated sequence
-  CHECK(invalid_utf8_offset("\xc0\xaf") == 0);                // overlong '/'
-  CHECK(invalid_utf8_offset("x\xe0\x80\x80") == 1);           // overlong 3-byte
-  CHECK(invalid_utf8_offset("xy\xed\xa0\x80") == 2);          // surrogate U+D800
-  CHECK(invalid_utf8_offset("\xf4\x90\x80\x80") == 0);        // past U+10FFFF
-  CHECK(invalid_utf8_offset("a\xe2\x82z") == 1);              // bad continuation
+  CHECK_THROWS_HEADROOM(read_text_file(dir.write("latin1.txt",
+                                                 "abc\xfc"
+                                                 "d")),
+                        "invalid UTF-8 at byte offset 3");
+  CHECK(invalid_utf8_offset("ab\xc3") == 2);                            // truncated sequence
+  CHECK(invalid_utf8_offset("\xc0\xaf") == 0);                          // overlong '/'
+  CHECK(invalid_utf8_offset("x\xe0\x80\x80") == 1);                     // overlong 3-byte
+  CHECK(invalid_utf8_offset("xy\xed\xa0\x80") == 2);                    // surrogate U+D800
+  CHECK(invalid_utf8_offset("\xf4\x90\x80\x80") == 0);                  // past U+10FFFF
+  CHECK(invalid_utf8_offset("a\xe2\x82z") == 1);                        // bad continuation
   CHECK(invalid_utf8_offset("\xf4\x8f\xbf\xbf") == std::string::npos);  // U+10FFFF itself
 }
 
 TEST_CASE("data: split_text cuts at a line boundary near the fraction") {
   std::string text = "aaaa\nbbbb\ncccc\ndddd\n";  // 20 bytes, lines start at 0, 5, 10, 15
-  TextSplit split = split_text(text, 0.5);       // target byte 10 starts a line
+  TextSplit split = split_text(text, 0.5);        // target byte 10 starts a line
   CHECK(split.train == "aaaa\nbbbb\n");
   CHECK(split.valid == "cccc\ndddd\n");
   CHECK(split_text(text, 0.4).valid == "dddd\n");   // target byte 12: next line start 15
   CHECK(split_text(text, 0.01).valid == "dddd\n");  // no line starts after byte 19: the last line
-  CHECK(split_text("ab\ncd", 0.9).valid == "cd");  // target byte 0: the first line start after it
+  CHECK(split_text("ab\ncd", 0.9).valid == "cd");   // target byte 0: the first line start after it
   CHECK_THROWS_HEADROOM(split_text("one line\n", 0.5), "has a single line");
   CHECK_THROWS_HEADROOM(split_text(text, 0), "valid_fraction must be in (0, 1)");
 }
@@ -210,8 +216,11 @@ TEST_CASE("data: split_text cuts at a line boundary near the fraction") {
 
 TEST_CASE("data: read_mo reads both byte orders, skips the header, takes singulars and drops contexts") {
   TempDir dir("mo");
-  const SentencePairs expected = {
-      {"File not found", "Datei nicht gefunden"}, {"%d file", "%d Datei"}, {"Open", "\xc3\x96" "ffnen"}};
+  const SentencePairs expected = {{"File not found", "Datei nicht gefunden"},
+                                  {"%d file", "%d Datei"},
+                                  {"Open",
+                                   "\xc3\x96"
+                                   "ffnen"}};
   for (bool big_endian : {false, true}) {
     CAPTURE(big_endian);
     CHECK(read_mo(dir.write("de.mo", make_mo(kCatalog, big_endian))) == expected);
@@ -219,9 +228,13 @@ TEST_CASE("data: read_mo reads both byte orders, skips the header, takes singula
   dir.write("b/pkg/z.mo", make_mo({{"Yes", "Ja"}}, false));
   dir.write("a/x.mo", make_mo({{"No", "Nein"}}, true));
   dir.write("a/readme", "skipped");
-  CHECK(read_mo_dir(dir.path.string()) ==
-        SentencePairs{{"No", "Nein"}, {"Yes", "Ja"}, {"File not found", "Datei nicht gefunden"},
-                      {"%d file", "%d Datei"}, {"Open", "\xc3\x96" "ffnen"}});  // a/x.mo, b/pkg/z.mo, de.mo
+  CHECK(read_mo_dir(dir.path.string()) == SentencePairs{{"No", "Nein"},
+                                                        {"Yes", "Ja"},
+                                                        {"File not found", "Datei nicht gefunden"},
+                                                        {"%d file", "%d Datei"},
+                                                        {"Open",
+                                                         "\xc3\x96"
+                                                         "ffnen"}});  // a/x.mo, b/pkg/z.mo, de.mo
   CHECK_THROWS_HEADROOM(read_mo_dir((dir.path / "a" / "readme").string()), "no such folder");
 }
 
@@ -264,12 +277,18 @@ TEST_CASE("data: TSV round trip, line numbers in errors") {
 
 TEST_CASE("data: clean_pairs drops useless pairs and repeats, keeping the first in order") {
   SentencePairs pairs = {
-      {"Save", "Speichern"}, {"", "leer"},       {"empty", ""},        {"OK", "OK"},
-      {"two\nlines", "zwei\nZeilen"}, {"a\tb", "c"}, {"Save", "Speichern"}, {"Save", "Sichern"},
-      {"long enough?", "viel zu lang"}, {"Quit", "Beenden"},
+      {"Save", "Speichern"},
+      {"", "leer"},
+      {"empty", ""},
+      {"OK", "OK"},
+      {"two\nlines", "zwei\nZeilen"},
+      {"a\tb", "c"},
+      {"Save", "Speichern"},
+      {"Save", "Sichern"},
+      {"long enough?", "viel zu lang"},
+      {"Quit", "Beenden"},
   };
-  CHECK(clean_pairs(pairs, 11) ==
-        SentencePairs{{"Save", "Speichern"}, {"Save", "Sichern"}, {"Quit", "Beenden"}});
+  CHECK(clean_pairs(pairs, 11) == SentencePairs{{"Save", "Speichern"}, {"Save", "Sichern"}, {"Quit", "Beenden"}});
   CHECK(clean_pairs(pairs, 12).size() == 4);  // "long enough?" (12 bytes) fits
 }
 
@@ -295,7 +314,10 @@ TEST_CASE("data: split_pairs is deterministic, order-independent and keeps a sou
   }
   SentencePairs reversed(pairs.rbegin(), pairs.rend());
   ParallelSplit again = split_pairs(reversed, 20, 10);
-  auto sorted = [](SentencePairs p) { std::sort(p.begin(), p.end()); return p; };
+  auto sorted = [](SentencePairs p) {
+    std::sort(p.begin(), p.end());
+    return p;
+  };
   CHECK(sorted(again.test) == sorted(split.test));
   CHECK(sorted(again.valid) == sorted(split.valid));
   CHECK_THROWS_HEADROOM(split_pairs(pairs, 200, 2), "exceed the 201 pairs");

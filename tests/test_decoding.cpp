@@ -43,7 +43,8 @@ struct Models {
 };
 
 // Σ log p of `tail` after `head` under the full forward, and the length normaliser.
-double sequence_log_prob(const FullForward& forward, const std::vector<int32_t>& head, const std::vector<int32_t>& tail) {
+double sequence_log_prob(const FullForward& forward, const std::vector<int32_t>& head,
+                         const std::vector<int32_t>& tail) {
   std::vector<int32_t> all(head);
   all.insert(all.end(), tail.begin(), tail.end());
   Tensor logp = log_softmax(forward(ids(all, 1)), -1);  // [1, t, V]

@@ -72,20 +72,25 @@ struct BinaryCase {
 
 std::vector<BinaryCase> binary_cases() {
   return {
-      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }, [](double a, double b) { return a + b; }, false},
-      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }, [](double a, double b) { return a - b; }, false},
-      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }, [](double a, double b) { return a * b; }, false},
-      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }, [](double a, double b) { return a / b; }, true},
-      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, [](double a, double b) { return std::pow(a, b); }, true},
-      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }, [](double a, double b) { return std::max(a, b); }, false},
-      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }, [](double a, double b) { return std::min(a, b); }, false},
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }, [](double a, double b) { return a + b; },
+       false},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }, [](double a, double b) { return a - b; },
+       false},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }, [](double a, double b) { return a * b; },
+       false},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }, [](double a, double b) { return a / b; },
+       true},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
+       [](double a, double b) { return std::pow(a, b); }, true},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
+       [](double a, double b) { return std::max(a, b); }, false},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
+       [](double a, double b) { return std::min(a, b); }, false},
   };
 }
 
 double gelu_erf(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
-double gelu_tanh(double x) {
-  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
 
 struct UnaryCase {
@@ -108,7 +113,8 @@ std::vector<UnaryCase> unary_cases() {
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::tanh); }, gelu_tanh, false},
       {"silu", [](const Tensor& x) { return silu(x); }, [](double x) { return x * sigmoid_ref(x); }, false},
       {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::abs(x); }, false},
-      {"clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.7); }, [](double x) { return std::clamp(x, -0.5, 0.7); }, false},
+      {"clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.7); }, [](double x) { return std::clamp(x, -0.5, 0.7); },
+       false},
       {"pow_scalar", [](const Tensor& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, true},
   };
 }
@@ -126,8 +132,8 @@ TEST_CASE("binary ops match a naive broadcast loop (f32, f64, broadcast, non-con
   };
   // [3,1] and [4]; 0-d with [2,3]; [2,3,4] with [3,1]; a large pair that runs
   // the threaded loops (both the flat and the broadcast path).
-  const std::vector<Shapes> pairs = {{{3, 1}, {4}}, {{}, {2, 3}}, {{2, 3, 4}, {3, 1}}, {{2, 3}, {2, 3}},
-                                     {{256, 1}, {130}}, {{33000}, {33000}}};
+  const std::vector<Shapes> pairs = {{{3, 1}, {4}},    {{}, {2, 3}},      {{2, 3, 4}, {3, 1}},
+                                     {{2, 3}, {2, 3}}, {{256, 1}, {130}}, {{33000}, {33000}}};
   for (const BinaryCase& c : binary_cases()) {
     for (DType dtype : {DType::f32, DType::f64}) {
       const double tol = dtype == DType::f32 ? 1e-5 : 1e-12;
@@ -189,8 +195,7 @@ TEST_CASE("gradcheck: every binary op with broadcasting and a non-contiguous inp
     // A transposed [2,3] view against [1,3] and against a 0-d tensor.
     Tensor p = param({3, 2}, 13, c.positive), q = param({1, 3}, 14, c.positive), s = param({}, 15, c.positive);
     auto strided = gradcheck(
-        [&](const std::vector<Tensor>& in) { return c.op(in[0].t(), in[1]) + c.op(in[2], in[0].t()); },
-        {p, q, s});
+        [&](const std::vector<Tensor>& in) { return c.op(in[0].t(), in[1]) + c.op(in[2], in[0].t()); }, {p, q, s});
     CHECK_MESSAGE(strided.ok, strided.message);
   }
 }
@@ -200,8 +205,8 @@ TEST_CASE("gradcheck: double operands on either side") {
   auto r = gradcheck(
       [](const std::vector<Tensor>& in) {
         const Tensor& v = in[0];
-        return (2 - v) * 3 + 1 / (v + 5) - v / 4 + pow(v, 1.5) + pow(2.0, v) + maximum(v, 1.0) +
-               minimum(1.2, v) - (v - 1);
+        return (2 - v) * 3 + 1 / (v + 5) - v / 4 + pow(v, 1.5) + pow(2.0, v) + maximum(v, 1.0) + minimum(1.2, v) -
+               (v - 1);
       },
       {x});
   CHECK_MESSAGE(r.ok, r.message);
@@ -356,7 +361,8 @@ TEST_CASE("add_ adds in place, bumps the version and refuses what add() would no
   add_(t.t(), Tensor::arange(6).view({3, 2}));  // target [3, 2] with strides (1, 3)
   CHECK(t.to_vector<float>() == std::vector<float>{1, 3, 5, 2, 4, 6});
   t.fill_(1);
-  CHECK_THROWS_HEADROOM(add_(t, Tensor::ones({3})), "[add_] expected an addend of the target's shape, got (2,3) "
+  CHECK_THROWS_HEADROOM(add_(t, Tensor::ones({3})),
+                        "[add_] expected an addend of the target's shape, got (2,3) "
                         "and (3)");
   CHECK_THROWS_HEADROOM(add_(Tensor::ones({1, 3}).expand({2, 3}), t),
                         "[add_] target of shape (2,3) is expanded (stride 0 in dimension 0); use add");

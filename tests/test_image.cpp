@@ -11,9 +11,7 @@
 using namespace headroom;
 
 namespace {
-std::string temp_file(const std::string& name) {
-  return "/tmp/headroom_" + std::to_string(getpid()) + "_" + name;
-}
+std::string temp_file(const std::string& name) { return "/tmp/headroom_" + std::to_string(getpid()) + "_" + name; }
 }  // namespace
 
 TEST_CASE("image: save_png then load_image round trips within 1/255") {
@@ -37,8 +35,7 @@ TEST_CASE("image: grey [H, W] images, channel conversion and clamping") {
   save_png(path, grey);
   Tensor loaded = load_image(path);
   CHECK(loaded.shape() == Shape{2, 3, 1});
-  CHECK_CLOSE(loaded.reshape({2, 3}), Tensor::from_vector<double>({0, 0, 51 / 255.0, 1, 1, 153 / 255.0}, {2, 3}),
-              1e-6);
+  CHECK_CLOSE(loaded.reshape({2, 3}), Tensor::from_vector<double>({0, 0, 51 / 255.0, 1, 1, 153 / 255.0}, {2, 3}), 1e-6);
   Tensor rgb = load_image(path, 3);  // grey expanded to three equal channels
   CHECK(rgb.shape() == Shape{2, 3, 3});
   CHECK_CLOSE(rgb.select(2, 0), rgb.select(2, 2), 0);
@@ -68,7 +65,8 @@ TEST_CASE("image: load and save errors name the path and the reason") {
   CHECK_THROWS_HEADROOM(save_png("/nonexistent_folder/x.png", Tensor::zeros({2, 2})),
                         "cannot create the temporary file /nonexistent_folder/x.png.tmp.");
   CHECK_THROWS_HEADROOM(save_png(temp_file("bad.png"), Tensor::zeros({2, 2, 5})), "with C = 1..4, got (2,2,5)");
-  CHECK_THROWS_HEADROOM(save_png(temp_file("bad.png"), Tensor::zeros({2, 2}, DType::i32)), "expected image of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(save_png(temp_file("bad.png"), Tensor::zeros({2, 2}, DType::i32)),
+                        "expected image of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(save_png(temp_file("bad.png"), Tensor::zeros({0, 2})), "is empty");
 }
 
@@ -76,8 +74,8 @@ TEST_CASE("image: bilinear resize matches PyTorch's interpolate (align_corners=F
   // Values printed by torch.nn.functional.interpolate(mode="bilinear", align_corners=False).
   Tensor small = Tensor::from_vector<float>({0, 1, 2, 3}, {2, 2});
   CHECK_CLOSE(resize_image(small, 4, 4),
-              Tensor::from_vector<float>({0, 0.25, 0.75, 1, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2, 2.25, 2.75, 3},
-                                         {4, 4}),
+              Tensor::from_vector<float>(
+                  {0, 0.25, 0.75, 1, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2, 2.25, 2.75, 3}, {4, 4}),
               1e-6);
   CHECK_CLOSE(resize_image(small, 3, 2), Tensor::from_vector<float>({0, 1, 1, 2, 2, 3}, {3, 2}), 1e-6);
   // Halving averages each 2x2 block.

@@ -224,7 +224,11 @@ TEST_CASE("MAE prefix_mean does not leak later tokens; padding is left out of th
   MAEAttention seq(small_config(GateInput::seq_mean), gen);
   randomise_gate(seq, gen);
   Tensor other = x.clone();
-  { NoGradGuard g; other.narrow(1, 0, 1).fill_(3.0); other.narrow(1, 4, 1).fill_(-2.0); }
+  {
+    NoGradGuard g;
+    other.narrow(1, 0, 1).fill_(3.0);
+    other.narrow(1, 4, 1).fill_(-2.0);
+  }
   AttentionInput a{x}, b{other};
   a.query_padding = b.query_padding = Tensor::from_vector<uint8_t>({1, 0, 0, 0, 1, 1, 0, 0, 0, 1}, {2, 5});
   CHECK_CLOSE(seq.responsibilities(a), seq.responsibilities(b), 1e-6, 0);

@@ -75,12 +75,12 @@ TEST_CASE("matmul 2-D matches a triple loop for transposed, sliced and expanded 
   for (DType dtype : {DType::f32, DType::f64}) {
     Tensor a = random({3, 4}, dtype, 1), b = random({4, 5}, dtype, 2);
     check_against_reference(a, b);
-    check_against_reference(random({4, 3}, dtype, 3).t(), b);                     // a: strides [1, 3]
-    check_against_reference(a, random({5, 4}, dtype, 4).t());                     // b: strides [1, 4]
+    check_against_reference(random({4, 3}, dtype, 3).t(), b);  // a: strides [1, 3]
+    check_against_reference(a, random({5, 4}, dtype, 4).t());  // b: strides [1, 4]
     check_against_reference(random({4, 3}, dtype, 5).t(), random({5, 4}, dtype, 6).t());
-    check_against_reference(random({3, 8}, dtype, 7).slice(1, 0, 8, 2), b);      // column stride 2: copied
-    check_against_reference(random({6, 4}, dtype, 8).slice(0, 1, 6, 2), b);       // row stride 8: read in place
-    check_against_reference(random({1, 4}, dtype, 9).expand({3, 4}), b);          // row stride 0: copied
+    check_against_reference(random({3, 8}, dtype, 7).slice(1, 0, 8, 2), b);               // column stride 2: copied
+    check_against_reference(random({6, 4}, dtype, 8).slice(0, 1, 6, 2), b);               // row stride 8: read in place
+    check_against_reference(random({1, 4}, dtype, 9).expand({3, 4}), b);                  // row stride 0: copied
     check_against_reference(random({9, 7}, dtype, 10).slice(0, 2, 5).slice(1, 1, 5), b);  // inner block
   }
 }
@@ -118,7 +118,7 @@ TEST_CASE("matmul with empty dimensions gives empty or zero results") {
 TEST_CASE("matmul reads transposed operands in place, without copies") {
   Tensor a = random({4, 3}), b = random({5, 4});
   size_t before = allocations();
-  Tensor out = matmul(a.t(), b.t());  // [3, 4] · [4, 5]
+  Tensor out = matmul(a.t(), b.t());   // [3, 4] · [4, 5]
   CHECK(allocations() - before == 1);  // the output only
   CHECK_CLOSE(out, reference_any(a.t(), b.t()), 1e-4, 1e-4);
 
@@ -161,8 +161,11 @@ TEST_CASE("gradcheck: matmul batched with broadcasting") {
   check_grad(mm, {param({2, 1, 3, 4}, 1), param({3, 4, 2}, 2)});
   check_grad(mm, {param({2, 3, 4}, 3), param({4, 2}, 4)});  // b shared by the batch
   check_grad(mm, {param({3, 4}, 5), param({2, 4, 2}, 6)});  // a shared by the batch
-  check_grad([](const std::vector<Tensor>& in) { return matmul(in[0].transpose(1, 2), in[1].permute({1, 0, 2})); },
-             {param({2, 4, 3}, 7), param({4, 2, 2}, 8)});
+  check_grad(
+      [](const std::vector<Tensor>& in) {
+        return matmul(in[0].transpose(1, 2), in[1].permute({1, 0, 2}));
+      },
+      {param({2, 4, 3}, 7), param({4, 2, 2}, 8)});
 }
 
 TEST_CASE("gradcheck: matmul with 1-D inputs") {
@@ -180,15 +183,19 @@ TEST_CASE("gradcheck: linear with and without bias") {
   check_grad(with_bias, {param({2, 3, 4}, 1), param({5, 4}, 2), param({5}, 3)});
   check_grad(without_bias, {param({3, 4}, 4), param({5, 4}, 5)});
   check_grad(with_bias, {param({4}, 6), param({2, 4}, 7), param({2}, 8)});
-  check_grad([](const std::vector<Tensor>& in) { return linear(in[0].permute({1, 0, 2}), in[1].t(), in[2]); },
-             {param({3, 2, 4}, 9), param({4, 5}, 10), param({5}, 11)});
+  check_grad(
+      [](const std::vector<Tensor>& in) {
+        return linear(in[0].permute({1, 0, 2}), in[1].t(), in[2]);
+      },
+      {param({3, 2, 4}, 9), param({4, 5}, 10), param({5}, 11)});
 }
 
 TEST_CASE("matmul and linear errors name both shapes") {
   CHECK_THROWS_HEADROOM(matmul(Tensor::ones({2, 3}), Tensor::ones({4, 5})),
                         "[matmul] last dimension of first input with shape (2,3) must match second-to-last "
                         "dimension of second input with shape (4,5)");
-  CHECK_THROWS_HEADROOM(matmul(Tensor::ones({2, 3}), Tensor::ones({4})), "the size of the 1-D second input with shape (4)");
+  CHECK_THROWS_HEADROOM(matmul(Tensor::ones({2, 3}), Tensor::ones({4})),
+                        "the size of the 1-D second input with shape (4)");
   CHECK_THROWS_HEADROOM(matmul(Tensor::ones({2, 3}), Tensor::ones({3, 2}, DType::f64)),
                         "[matmul] expected inputs of one dtype, got f32 and f64");
   CHECK_THROWS_HEADROOM(matmul(Tensor::ones({2, 3}, DType::i32), Tensor::ones({3, 2}, DType::i32)),
@@ -201,12 +208,14 @@ TEST_CASE("matmul and linear errors name both shapes") {
   CHECK_THROWS_HEADROOM(linear(Tensor::ones({2, 3}), Tensor::ones({5, 4})),
                         "[linear] last dimension of input with shape (2,3) must match the in dimension (1) of "
                         "weight with shape (5,4)");
-  CHECK_THROWS_HEADROOM(linear(Tensor::ones({2, 4}), Tensor::ones({4})), "[linear] expected a weight of shape [out, in], got (4)");
+  CHECK_THROWS_HEADROOM(linear(Tensor::ones({2, 4}), Tensor::ones({4})),
+                        "[linear] expected a weight of shape [out, in], got (4)");
   CHECK_THROWS_HEADROOM(linear(Tensor::ones({2, 4}), Tensor::ones({5, 4}), Tensor::ones({4})),
                         "[linear] expected a bias of shape (5) for weight with shape (5,4), got (4)");
   CHECK_THROWS_HEADROOM(linear(Tensor::ones({2, 4}), Tensor::ones({5, 4}), Tensor::ones({5}, DType::f64)),
                         "[linear] expected inputs of one dtype, got f32 and f64");
-  CHECK_THROWS_HEADROOM(linear(Tensor::scalar(1), Tensor::ones({5, 4})), "[linear] expected an input of shape [..., in], got ()");
+  CHECK_THROWS_HEADROOM(linear(Tensor::scalar(1), Tensor::ones({5, 4})),
+                        "[linear] expected an input of shape [..., in], got ()");
 }
 
 // Products above the split threshold run as bands of rows (tall c) or of
@@ -220,7 +229,7 @@ TEST_CASE("products cut into bands across threads match a triple loop (rows, col
     for (bool transpose_a : {false, true})
       for (bool transpose_b : {false, true})
         for (auto [m, n] : {std::pair<int64_t, int64_t>{129, 37}, {37, 129}}) {  // tall, then wide
-          const int64_t k = 71;  // m * n * k > 2^18
+          const int64_t k = 71;                                                  // m * n * k > 2^18
           Tensor a = transpose_a ? random({k, m}, DType::f64, 7).t() : random({m, k}, DType::f64, 7);
           Tensor b = transpose_b ? random({n, k}, DType::f64, 8).t() : random({k, n}, DType::f64, 8);
           check_against_reference(a, b);

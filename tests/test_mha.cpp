@@ -16,8 +16,8 @@ std::vector<double> reference_mha(MultiHeadAttention& m, const Tensor& x, const 
   NoGradGuard no_grad;
   const int64_t B = x.size(0), T = x.size(1), S = memory.size(1);
   const int64_t h = m.config.heads, d_h = m.head_dim, group = h / m.config.kv_heads, d = h * d_h;  // d: q's width
-  std::vector<double> q = m.q_proj->forward(x).to_vector<double>();       // [B, T, h*d_h]
-  std::vector<double> k = m.k_proj->forward(memory).to_vector<double>();  // [B, S, h_kv*d_h]
+  std::vector<double> q = m.q_proj->forward(x).to_vector<double>();                                // [B, T, h*d_h]
+  std::vector<double> k = m.k_proj->forward(memory).to_vector<double>();                           // [B, S, h_kv*d_h]
   std::vector<double> v = m.v_proj->forward(memory).to_vector<double>();
   const int64_t kvw = m.config.kv_heads * d_h;
   std::vector<double> concat(B * T * d, 0.0);
@@ -28,9 +28,13 @@ std::vector<double> reference_mha(MultiHeadAttention& m, const Tensor& x, const 
         std::vector<double> p(S);
         double top = -INFINITY, total = 0;
         for (int64_t s = 0; s < S; ++s) {
-          if (causal && s > t + (S - T)) { p[s] = -INFINITY; continue; }
+          if (causal && s > t + (S - T)) {
+            p[s] = -INFINITY;
+            continue;
+          }
           double dot = 0;
-          for (int64_t c = 0; c < d_h; ++c) dot += q[(b * T + t) * d + j * d_h + c] * k[(b * S + s) * kvw + kv_head * d_h + c];
+          for (int64_t c = 0; c < d_h; ++c)
+            dot += q[(b * T + t) * d + j * d_h + c] * k[(b * S + s) * kvw + kv_head * d_h + c];
           p[s] = dot / std::sqrt(double(d_h));
           top = std::max(top, p[s]);
         }
@@ -103,7 +107,10 @@ TEST_CASE("MHA: head weights scale heads before the output projection; MACs; err
   CHECK_CLOSE(m.project_out(heads, ones), m.forward(in).out, 1e-6);
   Tensor drop_second = Tensor::from_vector<float>({1, 0, 1, 0, 1, 0}, {1, 3, 2});
   Tensor only_first = heads.clone();
-  { NoGradGuard g; only_first.narrow(1, 1, 1).zero_(); }
+  {
+    NoGradGuard g;
+    only_first.narrow(1, 1, 1).zero_();
+  }
   CHECK_CLOSE(m.project_out(heads, drop_second), m.project_out(only_first, Tensor()), 1e-6);
   // d = 8, h = 2, T = S = 4: projections 4·T·d², core 2·(pairs)·d
   CHECK(m.macs(4, 4, false) == 4 * 4 * 64 + 2 * 16 * 8);

@@ -28,9 +28,7 @@ void randomise_router(MoAAttention& m, Generator& gen) {
   m.router->weight.copy_(Tensor::randn(m.router->weight.shape(), gen));
 }
 
-Tensor pad_mask(const std::vector<uint8_t>& pads, int64_t B, int64_t T) {
-  return Tensor::from_vector(pads, {B, T});
-}
+Tensor pad_mask(const std::vector<uint8_t>& pads, int64_t B, int64_t T) { return Tensor::from_vector(pads, {B, T}); }
 
 // The output and the aux loss as one vector, so that a gradcheck covers both.
 Tensor out_and_aux(const AttentionOutput& o) { return cat({o.out.flatten(), o.aux.value.reshape({1})}); }
@@ -90,8 +88,9 @@ TEST_CASE("MoA with E = k = 1 equals single-head attention (gate 1, any router),
   }
 }
 
-TEST_CASE("MoA with RoPE: routed path equals the dense reference (gradients), cached decoding equals the full "
-          "forward, cross-attention ignores it") {
+TEST_CASE(
+    "MoA with RoPE: routed path equals the dense reference (gradients), cached decoding equals the full "
+    "forward, cross-attention ignores it") {
   Generator gen(12);
   MoAConfig c = small_config();
   c.rope = true;
@@ -129,7 +128,8 @@ TEST_CASE("MoA with RoPE: routed path equals the dense reference (gradients), ca
   MoAConfig odd = c;
   odd.head_dim = 5;
   MoAAttention odd_layer(odd, gen);
-  CHECK_THROWS_HEADROOM(odd_layer.forward({Tensor::randn({1, 2, 8})}), "[MoAAttention] rope needs an even head_dim, got 5");
+  CHECK_THROWS_HEADROOM(odd_layer.forward({Tensor::randn({1, 2, 8})}),
+                        "[MoAAttention] rope needs an even head_dim, got 5");
 }
 
 TEST_CASE("MoA routed path equals the dense reference: outputs, aux and every gradient") {
@@ -397,8 +397,8 @@ TEST_CASE("MoA sample_topk and noisy gating act in training only") {
     std::vector<int32_t> top = eval.indices.to_vector<int32_t>(), drawn = a.indices.to_vector<int32_t>();
     int differs = 0;
     for (int64_t n = 0; n < 64; ++n) {
-      CHECK(drawn[2 * n] == top[2 * n]);          // the best expert is kept
-      CHECK(drawn[2 * n + 1] != drawn[2 * n]);    // drawn without replacement
+      CHECK(drawn[2 * n] == top[2 * n]);        // the best expert is kept
+      CHECK(drawn[2 * n + 1] != drawn[2 * n]);  // drawn without replacement
       differs += drawn[2 * n + 1] != top[2 * n + 1];
     }
     CHECK(differs > 0);
@@ -523,10 +523,10 @@ TEST_CASE("MoA parameters, initialisation, MACs and errors") {
   NamedTensors params = m.named_parameters();
   REQUIRE(params.size() == 5);
   const std::vector<std::pair<std::string, Shape>> expected = {{"router.weight", {4, 8}},
-                                                                {"k_proj.weight", {4, 8}},
-                                                                {"v_proj.weight", {4, 8}},
-                                                                {"q_proj.weight", {4, 8, 4}},
-                                                                {"o_proj.weight", {4, 4, 8}}};
+                                                               {"k_proj.weight", {4, 8}},
+                                                               {"v_proj.weight", {4, 8}},
+                                                               {"q_proj.weight", {4, 8, 4}},
+                                                               {"o_proj.weight", {4, 4, 8}}};
   for (size_t i = 0; i < 5; ++i) {
     CHECK(params[i].first == expected[i].first);
     CHECK(params[i].second.shape() == expected[i].second);

@@ -199,8 +199,8 @@ TEST_CASE("each layer's aux loss is counted once, weighted by its method: the mo
   auto [unused, raw] = total_loss();
   REQUIRE(raw.size() == 4);
   // MoA (reference normalisation): its terms summed, per target token; MoH: 0.01 · their mean.
-  const double hand = 2.0 + (raw[0].value.item() + raw[1].value.item()) / 8 +
-                      0.01 * (raw[2].value.item() + raw[3].value.item()) / 2;
+  const double hand =
+      2.0 + (raw[0].value.item() + raw[1].value.item()) / 8 + 0.01 * (raw[2].value.item() + raw[3].value.item()) / 2;
   CHECK(raw[0].joins_summed_loss);
   CHECK_FALSE(raw[2].joins_summed_loss);
   CHECK(model_loss == doctest::Approx(hand).epsilon(1e-6));
@@ -301,8 +301,13 @@ TEST_CASE("RoPE models: a dense checkpoint converts to qnorm MoH (every head act
   const std::string path = temp_path("headroom_rope_dense.safetensors");
   save_module(dense, path);
   ModelConfig moh_config = dense_config;
-  moh_config.attention = {"moh", {{"rope", "true"}, {"head_dim", "6"}, {"router", "qnorm"}, {"shared_heads", "1"},
-                                  {"routed_k", "3"}, {"allow_full_routing", "true"}}};
+  moh_config.attention = {"moh",
+                          {{"rope", "true"},
+                           {"head_dim", "6"},
+                           {"router", "qnorm"},
+                           {"shared_heads", "1"},
+                           {"routed_k", "3"},
+                           {"allow_full_routing", "true"}}};
   DecoderLM converted(moh_config, gen);
   load_module(converted, path);  // strict: qnorm adds no parameters
   std::filesystem::remove(path);

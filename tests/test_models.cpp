@@ -53,7 +53,8 @@ Learned train(Module& model, const ModelConfig& c, int steps, Batch&& batch) {
   auto mae_layers = collect_modules<MAEAttention>(model);
   std::unique_ptr<BlockCoordinateDescent> bcd;
   std::unique_ptr<AdamW> opt;
-  if (!mae_layers.empty()) bcd = std::make_unique<BlockCoordinateDescent>(model, mae_layers, 3e-3, 3e-3, BCDOptions{0, 20, 10});
+  if (!mae_layers.empty())
+    bcd = std::make_unique<BlockCoordinateDescent>(model, mae_layers, 3e-3, 3e-3, BCDOptions{0, 20, 10});
   else opt = std::make_unique<AdamW>(model.parameters(), 3e-3, 0.9, 0.98, 1e-9, 0);
   double last = 0;
   for (int step = 0; step < steps; ++step) {
@@ -107,24 +108,24 @@ TEST_CASE("make_attention builds each type from the config, and rejects bad opti
 TEST_CASE("cached decoding equals the full forward for every attention type, with sinusoids or RoPE") {
   for (const std::string type : kTypes)
     for (bool rope : {false, true}) {
-    CAPTURE(type);
-    CAPTURE(rope);
-    Generator gen(3);
-    ModelConfig c = model_config(type);
-    if (rope) c.positions = PositionKind::none, c.attention.options["rope"] = "true";
-    EncoderDecoder model(c, gen);
-    model.eval();
-    NoGradGuard no_grad;
-    Tensor src = testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8}, 2);
-    Tensor tgt = testing::token_rows({0, 4, 2, 9, 0, 3, 3, 1}, 2);
-    Tensor memory = model.encode(src).out;
-    Tensor full = model.decode(tgt, memory).out;  // [2, 4, V]
-    DecoderCache cache;
-    for (int64_t t = 0; t < 4; ++t) {
-      Tensor step = model.decode(tgt.narrow(1, t, 1), memory, Tensor(), Tensor(), &cache).out;
-      CHECK_CLOSE(step, full.narrow(1, t, 1), 1e-4, 1e-4);
-    }
-    CHECK(attention_choice(*model.decoder->block(1)->self_attn).options.at("rope") == (rope ? "true" : "false"));
+      CAPTURE(type);
+      CAPTURE(rope);
+      Generator gen(3);
+      ModelConfig c = model_config(type);
+      if (rope) c.positions = PositionKind::none, c.attention.options["rope"] = "true";
+      EncoderDecoder model(c, gen);
+      model.eval();
+      NoGradGuard no_grad;
+      Tensor src = testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8}, 2);
+      Tensor tgt = testing::token_rows({0, 4, 2, 9, 0, 3, 3, 1}, 2);
+      Tensor memory = model.encode(src).out;
+      Tensor full = model.decode(tgt, memory).out;  // [2, 4, V]
+      DecoderCache cache;
+      for (int64_t t = 0; t < 4; ++t) {
+        Tensor step = model.decode(tgt.narrow(1, t, 1), memory, Tensor(), Tensor(), &cache).out;
+        CHECK_CLOSE(step, full.narrow(1, t, 1), 1e-4, 1e-4);
+      }
+      CHECK(attention_choice(*model.decoder->block(1)->self_attn).options.at("rope") == (rope ? "true" : "false"));
     }
 }
 

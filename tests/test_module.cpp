@@ -65,8 +65,8 @@ TEST_CASE("module: dotted names in registration order, buffers apart, parameter 
   Model model(1);
   std::vector<std::string> expected;
   for (std::string b : {"blocks.0.", "blocks.1."})
-    for (std::string leaf : {"scale", "attn.q_proj.weight", "attn.q_proj.bias", "attn.o_proj.weight",
-                             "attn.o_proj.bias"})
+    for (std::string leaf :
+         {"scale", "attn.q_proj.weight", "attn.q_proj.bias", "attn.o_proj.weight", "attn.o_proj.bias"})
       expected.push_back(b + leaf);
   expected.push_back("head.weight");
   expected.push_back("head.bias");
@@ -90,8 +90,7 @@ TEST_CASE("module: load_state_dict copies values into the existing tensors") {
   Tensor member = b.head->weight;  // a handle kept before loading
   const uint64_t version = member.version();
   b.load_state_dict(a.state_dict());
-  for (size_t i = 0; i < a.state_dict().size(); ++i)
-    CHECK_CLOSE(b.state_dict()[i].second, a.state_dict()[i].second, 0);
+  for (size_t i = 0; i < a.state_dict().size(); ++i) CHECK_CLOSE(b.state_dict()[i].second, a.state_dict()[i].second, 0);
   CHECK(member.is_same(b.head->weight));
   CHECK(member.version() > version);
   CHECK(member.requires_grad());
@@ -176,7 +175,8 @@ TEST_CASE("module: train and eval reach every descendant; zero_grad drops gradie
 TEST_CASE("module: registration errors") {
   Module m;
   m.register_parameter("w", Tensor::zeros({2}));
-  CHECK_THROWS_HEADROOM(m.register_buffer("w", Tensor::zeros({2})), "cannot register buffer 'w': the name is already used");
+  CHECK_THROWS_HEADROOM(m.register_buffer("w", Tensor::zeros({2})),
+                        "cannot register buffer 'w': the name is already used");
   CHECK_THROWS_HEADROOM(m.register_module("w", std::make_shared<Module>()), "cannot register module 'w'");
   CHECK_THROWS_HEADROOM(m.register_parameter("a.b", Tensor::zeros({2})), "must be non-empty and contain no '.'");
   CHECK_THROWS_HEADROOM(m.register_parameter("", Tensor::zeros({2})), "must be non-empty");

@@ -33,7 +33,7 @@ MoHConfig make_config(int64_t dim, int64_t heads, int64_t shared, int64_t k, Rou
   c.routed_k = k;
   c.router = router;
   c.scaling = scaling;
-  c.beta = 1;  // aux = L_b, as the reference formulas give it
+  c.beta = 1;                                  // aux = L_b, as the reference formulas give it
   c.allow_full_routing = shared + k == heads;  // the checklist's edge cases
   return c;
 }
@@ -67,7 +67,9 @@ ReferenceRouting reference_routing(const MoHAttention& m, const Tensor& x, bool 
   const int64_t h = m.config.heads, d = m.config.dim, shared = m.moh_config.shared_heads;
   const int64_t k = m.moh_config.routed_k, routed = h - shared, n = x.numel() / d;
   std::vector<double> xs = x.to_vector<double>();
-  auto weights = [](const std::shared_ptr<Linear>& l) { return l ? l->weight.to_vector<double>() : std::vector<double>(); };
+  auto weights = [](const std::shared_ptr<Linear>& l) {
+    return l ? l->weight.to_vector<double>() : std::vector<double>();
+  };
   std::vector<double> w_r = weights(m.router_routed), w_s = weights(m.router_shared), w_h = weights(m.router_mix);
   ReferenceRouting ref;
   ref.gates.assign(n * h, 0.0);
@@ -110,9 +112,13 @@ Tensor out_and_aux(const AttentionOutput& o) {
 
 }  // namespace
 
-TEST_CASE("MoH gates match per-token loops of the code and paper formulas (methods.md §3.3, §3.2); code L_b = E_r × paper L_b") {
+TEST_CASE(
+    "MoH gates match per-token loops of the code and paper formulas (methods.md §3.3, §3.2); code L_b = E_r × paper "
+    "L_b") {
   Generator gen(1);
-  struct Case { int64_t heads, shared, k; };
+  struct Case {
+    int64_t heads, shared, k;
+  };
   for (Case c : {Case{6, 3, 2}, Case{4, 0, 2}, Case{4, 1, 2}, Case{4, 4, 0}, Case{5, 2, 3}}) {
     CAPTURE(c.shared);
     CAPTURE(c.k);
@@ -173,8 +179,9 @@ TEST_CASE("MoH with K_r = 0 and W_s = 0 is MHA (code) and MHA / h_s (paper) [che
   }
 }
 
-TEST_CASE("MoH qnorm router: 0/1 gates, forward bit-identical to MHA on the active heads, STE gradient "
-          "[checklist 5]") {
+TEST_CASE(
+    "MoH qnorm router: 0/1 gates, forward bit-identical to MHA on the active heads, STE gradient "
+    "[checklist 5]") {
   // h = 6, h_s = 2, E_r = 4, K_r = 2.  (With E_r = 2 the std-normalised
   // scores are always exactly √2 apart, so r is constant and the router's
   // gradient is 0: the test needs E_r > 2.)
@@ -231,7 +238,7 @@ TEST_CASE("MoH qnorm router: 0/1 gates, forward bit-identical to MHA on the acti
     {
       NoGradGuard no_grad;
       Tensor share = dense.project_out(heads, only_head) - dense.o_proj->bias;  // H_i W_O^i
-      dg = sum(share * dy, {2});                                               // [B, T]
+      dg = sum(share * dy, {2});                                                // [B, T]
     }
     surrogate = surrogate + sum(mask.select(2, shared + i) * r.select(2, i) * dg);
   }
@@ -274,13 +281,15 @@ TEST_CASE("MoH decoding with a KV cache equals the full forward [checklist 7]") 
 
 TEST_CASE("MoH routed path equals the dense reference: output, aux loss and every gradient") {
   Generator gen(5);
-  struct Case { MoHConfig config; std::string name; DType dtype = DType::f32; };
-  std::vector<Case> cases = {{make_config(8, 4, 2, 1), "code"},
-                             {make_config(8, 4, 2, 2, Router::learned, Scaling::paper), "paper"},
-                             {make_config(8, 4, 0, 2), "h_s = 0"},
-                             {make_config(8, 4, 1, 2), "h_s = 1"},
-                             {make_config(8, 4, 4, 0), "K_r = 0"},
-                             {make_config(8, 4, 2, 1, Router::qnorm), "qnorm"}};
+  struct Case {
+    MoHConfig config;
+    std::string name;
+    DType dtype = DType::f32;
+  };
+  std::vector<Case> cases = {
+      {make_config(8, 4, 2, 1), "code"},    {make_config(8, 4, 2, 2, Router::learned, Scaling::paper), "paper"},
+      {make_config(8, 4, 0, 2), "h_s = 0"}, {make_config(8, 4, 1, 2), "h_s = 1"},
+      {make_config(8, 4, 4, 0), "K_r = 0"}, {make_config(8, 4, 2, 1, Router::qnorm), "qnorm"}};
   cases.push_back({make_config(12, 4, 1, 2), "GQA h_kv = 2, no bias"});
   cases.back().config.mha.kv_heads = 2;
   cases.back().config.mha.bias = false;
@@ -292,7 +301,8 @@ TEST_CASE("MoH routed path equals the dense reference: output, aux loss and ever
   // attention's terms in another order on each path, which f32 rounds apart
   // by ~2e-5 (in f64 the paths agree to 1e-12).
   for (Router router : {Router::learned, Router::qnorm}) {
-    cases.push_back({make_config(8, 4, 1, 2, router), router == Router::qnorm ? "qnorm, RoPE, d_h = 6, f64" : "RoPE, d_h = 6"});
+    cases.push_back(
+        {make_config(8, 4, 1, 2, router), router == Router::qnorm ? "qnorm, RoPE, d_h = 6, f64" : "RoPE, d_h = 6"});
     cases.back().config.mha.head_dim = 6;
     cases.back().config.mha.rope = true;
     cases.back().dtype = router == Router::qnorm ? DType::f64 : DType::f32;
@@ -302,7 +312,8 @@ TEST_CASE("MoH routed path equals the dense reference: output, aux loss and ever
     MoHAttention m(c.config, gen);
     spread_routers(m, gen);
     m.to(c.dtype);
-    Tensor x = Tensor::randn({2, 5, c.config.mha.dim}, gen, c.dtype), dy = Tensor::randn({2, 5, c.config.mha.dim}, gen, c.dtype);
+    Tensor x = Tensor::randn({2, 5, c.config.mha.dim}, gen, c.dtype),
+           dy = Tensor::randn({2, 5, c.config.mha.dim}, gen, c.dtype);
     manual_seed(12);  // both paths draw the same dropout mask, indexed by (b, head, t, s)
     LayerPass routed = layer_pass(m, false, x, dy, AttentionInput{Tensor(), Tensor(), true});
     for (const Tensor& g : routed.grads) REQUIRE(g.defined());  // every parameter, and x, gets a gradient
@@ -313,7 +324,11 @@ TEST_CASE("MoH routed path equals the dense reference: output, aux loss and ever
 
 TEST_CASE("MoH gradcheck through the module and the learned routers (f64)") {
   Generator gen(6);
-  struct Case { int64_t shared, k; Scaling scaling; int64_t kv_heads; };
+  struct Case {
+    int64_t shared, k;
+    Scaling scaling;
+    int64_t kv_heads;
+  };
   for (Case c : {Case{2, 1, Scaling::code, 2}, Case{1, 2, Scaling::paper, 4}, Case{0, 2, Scaling::code, 1},
                  Case{4, 0, Scaling::code, 4}}) {
     CAPTURE(c.shared);
@@ -338,12 +353,15 @@ TEST_CASE("MoH gradcheck with the qnorm router: the parts the straight-through e
   MoHAttention m(make_config(8, 4, 1, 2, Router::qnorm), gen);
   m.to(DType::f64);
   Tensor x = Tensor::randn({2, 3, 8}, gen, DType::f64).set_requires_grad();
-  std::vector<Tensor> kvo = {m.k_proj->weight, m.k_proj->bias, m.v_proj->weight, m.v_proj->bias,
-                             m.o_proj->weight, m.o_proj->bias};
+  std::vector<Tensor> kvo = {m.k_proj->weight, m.k_proj->bias,   m.v_proj->weight,
+                             m.v_proj->bias,   m.o_proj->weight, m.o_proj->bias};
   auto output = gradcheck([&](const std::vector<Tensor>&) { return m.forward({x, Tensor(), true}).out; }, kvo);
   CHECK_MESSAGE(output.ok, output.message);
-  auto aux = gradcheck([&](const std::vector<Tensor>& in) { return m.forward({in.back(), Tensor(), true}).aux.value; },
-                       {m.q_proj->weight, m.q_proj->bias, x});
+  auto aux = gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return m.forward({in.back(), Tensor(), true}).aux.value;
+      },
+      {m.q_proj->weight, m.q_proj->bias, x});
   CHECK_MESSAGE(aux.ok, aux.message);
 }
 
@@ -517,7 +535,8 @@ TEST_CASE("MoH qnorm estimators Ste::all and Ste::selected match frozen PyTorch 
   CHECK(m->forward(in).out.to_vector<double>() == m->forward_dense_reference(in).out.to_vector<double>());
 }
 
-TEST_CASE("MoH BalancePadding::exclude matches a frozen PyTorch MoH (aux over real tokens, gradients); include counts all") {
+TEST_CASE(
+    "MoH BalancePadding::exclude matches a frozen PyTorch MoH (aux over real tokens, gradients); include counts all") {
   testing::Fixture f(HEADROOM_FIXTURES_DIR "/moh_options.safetensors");
   MoHConfig config = make_config(8, 4, 2, 1);
   config.balance_padding = MoHConfig::BalancePadding::exclude;
@@ -540,7 +559,8 @@ TEST_CASE("MoH BalancePadding::exclude matches a frozen PyTorch MoH (aux over re
   in.key_padding = Tensor();
   CHECK(m->forward(in).aux.value.item() == 0);
   in.query_padding = Tensor::zeros({2, 3}, DType::b8);
-  CHECK_THROWS_HEADROOM(m->forward(in), "[MoHAttention] expected query_padding of dtype b8 and shape [B, T] with B*T = 8");
+  CHECK_THROWS_HEADROOM(m->forward(in),
+                        "[MoHAttention] expected query_padding of dtype b8 and shape [B, T] with B*T = 8");
 }
 
 namespace {

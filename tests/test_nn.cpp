@@ -121,11 +121,12 @@ TEST_CASE("cpu:: softmax and norm kernels, forward and backward, equal the refer
       for (int ref = 0; ref < 2; ++ref) {
         y[ref].resize(rows * n), dx[ref].resize(rows * n), mean[ref].resize(rows), rstd[ref].resize(rows);
         dw[ref].resize(n), db[ref].resize(n);
-        (ref ? reference::norm_forward<double> : cpu::norm_forward<double>)(
-            x.data(), wp, bp, y[ref].data(), mean[ref].data(), rstd[ref].data(), rows, n, 1e-5, center);
-        (ref ? reference::norm_backward<double> : cpu::norm_backward<double>)(
-            x.data(), wp, mean[0].data(), rstd[0].data(), dy.data(), dx[ref].data(), dw[ref].data(), db[ref].data(),
-            rows, n, center);
+        (ref ? reference::norm_forward<double> : cpu::norm_forward<double>)(x.data(), wp, bp, y[ref].data(),
+                                                                            mean[ref].data(), rstd[ref].data(), rows, n,
+                                                                            1e-5, center);
+        (ref ? reference::norm_backward<double>
+             : cpu::norm_backward<double>)(x.data(), wp, mean[0].data(), rstd[0].data(), dy.data(), dx[ref].data(),
+                                           dw[ref].data(), db[ref].data(), rows, n, center);
       }
       for (auto* v : {y, mean, rstd, dx, dw, db}) CHECK_CLOSE(v[0], v[1], 1e-11, 1e-11);
     }
@@ -206,8 +207,8 @@ TEST_CASE("layer_norm and rms_norm match a loop reference, with and without affi
     std::vector<double> xs = x.to_vector<double>(), ws = w.to_vector<double>(), bs = b.to_vector<double>();
     const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
     CHECK_CLOSE(layer_norm(x, w, b).to_vector<double>(), naive_norm(xs, d, ws, bs, 1e-5, true), tol, 0);
-    CHECK_CLOSE(layer_norm(x, Tensor(), Tensor(), 0.1).to_vector<double>(),
-                naive_norm(xs, d, {}, {}, 0.1, true), tol, 0);
+    CHECK_CLOSE(layer_norm(x, Tensor(), Tensor(), 0.1).to_vector<double>(), naive_norm(xs, d, {}, {}, 0.1, true), tol,
+                0);
     CHECK_CLOSE(layer_norm(x, Tensor(), b).to_vector<double>(), naive_norm(xs, d, {}, bs, 1e-5, true), tol, 0);
     CHECK_CLOSE(rms_norm(x, w).to_vector<double>(), naive_norm(xs, d, ws, {}, 1e-6, false), tol, 0);
     CHECK_CLOSE(rms_norm(x, Tensor(), 0.5).to_vector<double>(), naive_norm(xs, d, {}, {}, 0.5, false), tol, 0);
@@ -224,8 +225,7 @@ TEST_CASE("gradcheck layer_norm with and without affine, and a non-contiguous in
   Tensor x = param({3, 5}, 21), w = param({5}, 22), b = param({5}, 23);
   check_gradcheck([](const Inputs& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b});
   check_gradcheck([](const Inputs& in) { return layer_norm(in[0], Tensor(), Tensor()); }, {x});
-  check_gradcheck([](const Inputs& in) { return layer_norm(in[0].t(), in[1].slice(0, 0, 3), Tensor()); },
-                  {x, w});
+  check_gradcheck([](const Inputs& in) { return layer_norm(in[0].t(), in[1].slice(0, 0, 3), Tensor()); }, {x, w});
 }
 
 TEST_CASE("gradcheck rms_norm with and without weight") {
@@ -244,8 +244,8 @@ TEST_CASE("large inputs (the parallel kernels) agree with loop references, gradi
   CHECK_CLOSE(softmax(x).to_vector<double>(), naive_softmax(xs, {rows, d}, 1, false), 1e-7, 1e-5);
 
   Tensor y = layer_norm(x, w, b);
-  CHECK_CLOSE(y.to_vector<double>(), naive_norm(xs, d, w.to_vector<double>(), b.to_vector<double>(), 1e-5, true),
-              1e-5, 0);
+  CHECK_CLOSE(y.to_vector<double>(), naive_norm(xs, d, w.to_vector<double>(), b.to_vector<double>(), 1e-5, true), 1e-5,
+              0);
   y.backward(dy);
   // dbias = column sums of dy, dweight = column sums of dy * xhat.
   std::vector<double> xhat = naive_norm(xs, d, {}, {}, 1e-5, true), dweight(d, 0.0), dbias(d, 0.0);
@@ -294,14 +294,18 @@ TEST_CASE("dropout follows the generator's draws and scales the kept elements") 
 
 TEST_CASE("gradcheck dropout with a fixed generator, contiguous and strided") {
   Tensor x = param({3, 8}, 42);
-  check_gradcheck([](const Inputs& in) {
-    Generator gen(123);  // fresh each call: the same mask every time
-    return dropout(in[0], 0.3, true, gen);
-  }, {x});
-  check_gradcheck([](const Inputs& in) {
-    Generator gen(124);
-    return dropout(in[0].t(), 0.5, true, gen);
-  }, {x});
+  check_gradcheck(
+      [](const Inputs& in) {
+        Generator gen(123);  // fresh each call: the same mask every time
+        return dropout(in[0], 0.3, true, gen);
+      },
+      {x});
+  check_gradcheck(
+      [](const Inputs& in) {
+        Generator gen(124);
+        return dropout(in[0].t(), 0.5, true, gen);
+      },
+      {x});
 }
 
 // ---- embedding -------------------------------------------------------------------
@@ -428,11 +432,13 @@ TEST_CASE("nn ops reject bad shapes, dtypes and values") {
   CHECK_THROWS_HEADROOM(softmax(x, 2), "[softmax] dimension 2 is out of range");
   CHECK_THROWS_HEADROOM(log_softmax(ints), "[log_softmax] expected input of dtype f32 or f64, got i32");
 
-  CHECK_THROWS_HEADROOM(layer_norm(x, Tensor::ones({2}), Tensor()),
-                        "[layer_norm] expected weight of shape (3) to match the last dimension of input (2,3), got (2)");
+  CHECK_THROWS_HEADROOM(
+      layer_norm(x, Tensor::ones({2}), Tensor()),
+      "[layer_norm] expected weight of shape (3) to match the last dimension of input (2,3), got (2)");
   CHECK_THROWS_HEADROOM(layer_norm(x, Tensor(), Tensor::ones({3}, DType::f64)),
                         "[layer_norm] expected bias of dtype f32, got f64");
-  CHECK_THROWS_HEADROOM(rms_norm(Tensor::ones({2, 0}), Tensor()), "[rms_norm] expected an input with a non-empty last dimension");
+  CHECK_THROWS_HEADROOM(rms_norm(Tensor::ones({2, 0}), Tensor()),
+                        "[rms_norm] expected an input with a non-empty last dimension");
 
   CHECK_THROWS_HEADROOM(dropout(x, 1.0, true), "[dropout] p must be in [0, 1), got 1");
   CHECK_THROWS_HEADROOM(dropout(x, -0.1, false), "[dropout] p must be in [0, 1), got -0.1");
@@ -448,8 +454,9 @@ TEST_CASE("nn ops reject bad shapes, dtypes and values") {
   Tensor logits = Tensor::ones({2, 3});
   CHECK_THROWS_HEADROOM(cross_entropy(logits, Tensor::from_vector<int32_t>({0, 3})),
                         "[cross_entropy] target 3 at position 1 is outside [0, 3) and is not ignore_index -100");
-  CHECK_THROWS_HEADROOM(cross_entropy(logits, Tensor::from_vector<int32_t>({0, 1, 2})),
-                        "[cross_entropy] targets of shape (3) do not match logits of shape (2,3) (expected targets of shape (2))");
+  CHECK_THROWS_HEADROOM(
+      cross_entropy(logits, Tensor::from_vector<int32_t>({0, 1, 2})),
+      "[cross_entropy] targets of shape (3) do not match logits of shape (2,3) (expected targets of shape (2))");
   CHECK_THROWS_HEADROOM(cross_entropy(logits, Tensor::from_vector<int32_t>({0, 1}), {-100, 1.5}),
                         "[cross_entropy] label_smoothing must be in [0, 1], got 1.5");
   CHECK_THROWS_HEADROOM(cross_entropy(logits, Tensor::ones({2})), "[cross_entropy] expected targets of dtype i32");

@@ -132,9 +132,9 @@ TEST_CASE("optimizer state round trips through a checkpoint and resumes identica
   NamedTensors bad = opt.state();
   bad.emplace_back("optim.foo.0", Tensor::zeros({3}));
   CHECK_THROWS_HEADROOM(resumed.load_state(bad), "unknown state entry 'optim.foo.0'");
-  CHECK_THROWS_HEADROOM(resumed.load_state({{"optim.steps", Tensor::scalar(1, DType::f64)},
-                                            {"optim.exp_avg.7", Tensor::zeros({3})}}),
-                        "state entry 'optim.exp_avg.7' names no parameter (there are 2)");
+  CHECK_THROWS_HEADROOM(
+      resumed.load_state({{"optim.steps", Tensor::scalar(1, DType::f64)}, {"optim.exp_avg.7", Tensor::zeros({3})}}),
+      "state entry 'optim.exp_avg.7' names no parameter (there are 2)");
   CHECK_THROWS_HEADROOM(resumed.load_state({{"optim.steps", Tensor::scalar(1, DType::f64)},
                                             {"optim.exp_avg.1", Tensor::zeros({4}, DType::f64)}}),
                         "state entry 'optim.exp_avg.1' has shape (4) and dtype f64, expected (3) and f32");

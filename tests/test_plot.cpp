@@ -33,8 +33,9 @@ struct Picture {
     Rect found{box.right, box.bottom, box.left, box.top};
     for (int y = std::max(box.top, 0); y < std::min(box.bottom, height()); ++y)
       for (int x = std::max(box.left, 0); x < std::min(box.right, width()); ++x)
-        if (at(x, y) == color) found = {std::min(found.left, x), std::min(found.top, y),
-                                         std::max(found.right, x + 1), std::max(found.bottom, y + 1)};
+        if (at(x, y) == color)
+          found = {std::min(found.left, x), std::min(found.top, y), std::max(found.right, x + 1),
+                   std::max(found.bottom, y + 1)};
     return found.right > found.left ? found : Rect{};
   }
   Rect everywhere() const { return {0, 0, width(), height()}; }
@@ -118,8 +119,10 @@ TEST_CASE("plot: a rising line runs from the bottom-left to the top-right corner
   const Color blue = palette_color(0);
   CHECK(picture.find(blue, {a.left, a.bottom - 4, a.left + 4, a.bottom}).width() > 0);
   CHECK(picture.find(blue, {a.right - 4, a.top, a.right, a.top + 4}).width() > 0);
-  CHECK(picture.find(blue, {a.left + a.width() / 2 - 3, a.top + a.height() / 2 - 3, a.left + a.width() / 2 + 3,
-                            a.top + a.height() / 2 + 3}).width() > 0);
+  CHECK(picture
+            .find(blue, {a.left + a.width() / 2 - 3, a.top + a.height() / 2 - 3, a.left + a.width() / 2 + 3,
+                         a.top + a.height() / 2 + 3})
+            .width() > 0);
   CHECK(picture.find(blue, {a.right - 4, a.bottom - 4, a.right, a.bottom}).width() == 0);  // not in other corners
   CHECK(picture.find(blue, {a.left, a.top, a.left + 4, a.top + 4}).width() == 0);
   // Outside the area (the line is 2 pixels wide) the colour appears only in the legend, to the right.
@@ -310,7 +313,8 @@ TEST_CASE("plot: bad chart inputs throw naming the chart and the problem") {
   CHECK_THROWS_HEADROOM(plot_bars(path, bars), "no finite values to plot");
 
   HistogramChart hist;
-  CHECK_THROWS_HEADROOM(plot_histograms(path, hist), "[plot_histograms] /tmp/headroom_plot_never_written.png: no series");
+  CHECK_THROWS_HEADROOM(plot_histograms(path, hist),
+                        "[plot_histograms] /tmp/headroom_plot_never_written.png: no series");
   hist.series = {{"gates", {kNaN}}};
   CHECK_THROWS_HEADROOM(plot_histograms(path, hist), "no finite samples to count");
   hist.series = {{"gates", {0.5}}};
@@ -330,7 +334,8 @@ TEST_CASE("plot: bad chart inputs throw naming the chart and the problem") {
   heat.values = {{1, 2}, {3}};
   CHECK_THROWS_HEADROOM(plot_heatmap(path, heat), "row 1 (1) has 1 values for 2 columns");
   heat.values = {{kNaN, kNaN}, {kNaN, kNaN}};
-  CHECK_THROWS_HEADROOM(plot_heatmap(path, heat), "[plot_heatmap] /tmp/headroom_plot_never_written.png: no finite values");
+  CHECK_THROWS_HEADROOM(plot_heatmap(path, heat),
+                        "[plot_heatmap] /tmp/headroom_plot_never_written.png: no finite values");
   CHECK(access(path.c_str(), F_OK) != 0);  // nothing was written
 }
 

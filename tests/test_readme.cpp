@@ -27,7 +27,10 @@ TEST_CASE("the README API tour runs") {
   Tensor loss = sum(exp(a) * a);
   loss.backward();
   CHECK_CLOSE(a.grad(), exp(a.detach()) * (a.detach() + 1), 1e-5);
-  { NoGradGuard no_grad; CHECK_FALSE((a * 2).requires_grad()); }
+  {
+    NoGradGuard no_grad;
+    CHECK_FALSE((a * 2).requires_grad());
+  }
 
   auto result = gradcheck([](const std::vector<Tensor>& in) { return softmax(in[0], -1); },
                           {Tensor::randn({2, 5}, gen, DType::f64).set_requires_grad()});
@@ -59,17 +62,17 @@ TEST_CASE("the README models snippet runs (at tiny sizes)") {
   const std::string path = (std::filesystem::temp_directory_path() / "headroom_readme_lm.safetensors").string();
   ModelConfig c;
   c.vocab = 16, c.dim = 16, c.heads = 4, c.decoder_layers = 2, c.ffn_hidden = 32;
-  c.attention = {"moh", {{"routed_k", "2"}}};   // every layer: "mha" | "moa" | "moh" | "mae"
-  c.attention.layers[0] = {"mha", {}};          // ... but a dense first layer
+  c.attention = {"moh", {{"routed_k", "2"}}};  // every layer: "mha" | "moa" | "moh" | "mae"
+  c.attention.layers[0] = {"mha", {}};         // ... but a dense first layer
   DecoderLM lm(c);
   std::printf("%s\n", lm.describe(128).c_str());  // one line per layer: method, parameters, MACs
-  ModelOutput out = lm.forward(tokens);         // logits, every layer's aux loss, routing stats
+  ModelOutput out = lm.forward(tokens);           // logits, every layer's aux loss, routing stats
   Tensor loss = training_loss(cross_entropy(out.out, tokens), out.aux_losses, n_tokens);
   save_module(lm, path, lm.config.to_metadata());
   DecoderLM again(ModelConfig::from_metadata(load_safetensors(path).metadata));
-  load_module(again, path);                     // the metadata alone rebuilds the mixed model
+  load_module(again, path);  // the metadata alone rebuilds the mixed model
   Tensor prompt = tokens.narrow(1, 0, 2);
-  Generated text = greedy(again, prompt, {/*max_new=*/5});   // also beam_search, sample
+  Generated text = greedy(again, prompt, {/*max_new=*/5});  // also beam_search, sample
   std::filesystem::remove(path);
   loss.backward();
   CHECK(out.out.shape() == Shape{2, 4, 16});

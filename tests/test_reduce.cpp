@@ -184,8 +184,11 @@ TEST_CASE("gradcheck: every value reduction over adjacent and split dims, on a n
       CAPTURE(shape_str(d.dims));
       Tensor x = leaf({3, 2, 4}, 9);
       // x.permute: a [4, 3, 2] view with non-contiguous strides.
-      auto r = gradcheck([&](const std::vector<Tensor>& in) { return c.op(in[0].permute({2, 0, 1}), d.dims, d.keepdim); },
-                         {x});
+      auto r = gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return c.op(in[0].permute({2, 0, 1}), d.dims, d.keepdim);
+          },
+          {x});
       CHECK_MESSAGE(r.ok, r.message);
     }
   }
@@ -226,8 +229,11 @@ TEST_CASE("max(x) and min(x) over all elements match a loop, are [] and send the
   for (bool largest : {true, false}) {
     CAPTURE(largest);
     auto extreme = [largest](const Tensor& t) { return largest ? max(t) : min(t); };
-    auto r = gradcheck([&](const std::vector<Tensor>& in) { return extreme(in[0].permute({2, 0, 1})) * 3.0; },
-                       {leaf({3, 2, 4}, 12)});
+    auto r = gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return extreme(in[0].permute({2, 0, 1})) * 3.0;
+        },
+        {leaf({3, 2, 4}, 12)});
     CHECK_MESSAGE(r.ok, r.message);
     CHECK(std::isnan(extreme(Tensor::from_vector<float>({1, NAN, 2})).item()));
     CHECK(extreme(Tensor::scalar(3.5, DType::f64)).item() == 3.5);
@@ -248,7 +254,8 @@ TEST_CASE("logsumexp is stable and handles -inf; sums of f32 accumulate in doubl
   // Rows (the contiguous fast path) and columns (the one-pass accumulator) agree on +inf and NaN.
   Tensor special = Tensor::from_vector<float>({1, INFINITY, 2, -INFINITY, NAN, 0, 3, 4, 5}, {3, 3});
   for (bool rows : {true, false}) {
-    std::vector<float> got = (rows ? logsumexp(special, {1}) : logsumexp(special.t().contiguous(), {0})).to_vector<float>();
+    std::vector<float> got =
+        (rows ? logsumexp(special, {1}) : logsumexp(special.t().contiguous(), {0})).to_vector<float>();
     CHECK(got[0] == INFINITY);
     CHECK(std::isnan(got[1]));
     CHECK(got[2] == doctest::Approx(5 + std::log(1 + std::exp(-1.0) + std::exp(-2.0))));
@@ -304,8 +311,11 @@ TEST_CASE("cumsum matches a running-sum loop along every dimension (f32, f64, pe
 TEST_CASE("gradcheck: cumsum along each dimension of a non-contiguous input") {
   for (int64_t dim : {0, 1, 2}) {
     CAPTURE(dim);
-    auto r = gradcheck([&](const std::vector<Tensor>& in) { return cumsum(in[0].permute({2, 0, 1}), dim); },
-                       {leaf({3, 2, 4}, uint64_t(40 + dim))});
+    auto r = gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return cumsum(in[0].permute({2, 0, 1}), dim);
+        },
+        {leaf({3, 2, 4}, uint64_t(40 + dim))});
     CHECK_MESSAGE(r.ok, r.message);
   }
 }
@@ -316,12 +326,15 @@ TEST_CASE("reduction errors: dims out of range or repeated, empty dims for max/a
   CHECK_THROWS_HEADROOM(mean(x, {-4}), "[mean] dimension -4 is out of range");
   CHECK_THROWS_HEADROOM(max(x, {1, -2}), "[max] dimension -2 appears twice in (1,-2)");
   CHECK_THROWS_HEADROOM(argmax(x, 5), "[argmax] dimension 5 is out of range");
-  CHECK_THROWS_HEADROOM(argmax(Tensor::ones({2, 0}), 1), "[argmax] cannot reduce over an empty dimension (input shape (2,0))");
+  CHECK_THROWS_HEADROOM(argmax(Tensor::ones({2, 0}), 1),
+                        "[argmax] cannot reduce over an empty dimension (input shape (2,0))");
   CHECK_THROWS_HEADROOM(min(Tensor::ones({0, 3}), {0}), "[min] cannot reduce over an empty dimension");
-  CHECK_THROWS_HEADROOM(var(Tensor::ones({3, 1}), {1}), "[var] 1 reduced element(s) of shape (3,1) leave no degrees of freedom with correction 1");
+  CHECK_THROWS_HEADROOM(var(Tensor::ones({3, 1}), {1}),
+                        "[var] 1 reduced element(s) of shape (3,1) leave no degrees of freedom with correction 1");
   CHECK_THROWS_HEADROOM(sum(Tensor::ones({2}, DType::i32)), "[sum] expected input of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(logsumexp(Tensor::ones({2}, DType::b8), {0}), "[logsumexp] expected input of dtype f32 or f64");
   CHECK_THROWS_HEADROOM(cumsum(x, 3), "[cumsum] dimension 3 is out of range for a tensor with 3 dimensions");
-  CHECK_THROWS_HEADROOM(cumsum(Tensor::ones({2}, DType::i32), 0), "[cumsum] expected input of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(cumsum(Tensor::ones({2}, DType::i32), 0),
+                        "[cumsum] expected input of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(cumsum(Tensor::ones({}), 0), "[cumsum] expected a tensor with at least one dimension");
 }

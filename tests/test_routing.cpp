@@ -71,8 +71,7 @@ TEST_CASE("routing: route() offsets, stable order and inverse maps on random ind
   Tensor indices = random_indices(tokens, k, segments, 7);
   RoutePlan plan = route(indices, segments);
   std::vector<int32_t> chosen = indices.to_vector<int32_t>(), order = plan.order.to_vector<int32_t>(),
-                       position = plan.position.to_vector<int32_t>(),
-                       offsets = plan.offsets.to_vector<int32_t>();
+                       position = plan.position.to_vector<int32_t>(), offsets = plan.offsets.to_vector<int32_t>();
   for (int64_t e = 0; e < segments; ++e) {
     CHECK(offsets[e + 1] - offsets[e] == std::count(chosen.begin(), chosen.end(), int32_t(e)));
     for (int32_t r = offsets[e]; r < offsets[e + 1]; ++r) {
@@ -93,8 +92,7 @@ TEST_CASE("routing: route() errors") {
                         "[route] index -1 of token 1 is outside [0, 4)");
   CHECK_THROWS_HEADROOM(route(Tensor::zeros({2, 2}), 4), "[route] expected indices of dtype i32, got f32");
   CHECK_THROWS_HEADROOM(route(Tensor::zeros({4}, DType::i32), 4), "[route] expected indices of shape [N, k]");
-  CHECK_THROWS_HEADROOM(route(Tensor::zeros({2, 1}, DType::i32), 0),
-                        "[route] number of segments must be >= 1");
+  CHECK_THROWS_HEADROOM(route(Tensor::zeros({2, 1}, DType::i32), 0), "[route] number of segments must be >= 1");
 }
 
 // ---- topk ----------------------------------------------------------------------
@@ -134,8 +132,7 @@ TEST_CASE("routing: topk matches a stable-sort reference, values and gradient") 
     std::vector<int32_t> indices = result.indices.to_vector<int32_t>();
     Tensor seed = Tensor::randn({4, 3, k}, gen, DType::f64);
     result.values.backward(seed);
-    std::vector<double> seeds = seed.to_vector<double>(),
-                        grad = base.grad().permute({2, 0, 1}).to_vector<double>();
+    std::vector<double> seeds = seed.to_vector<double>(), grad = base.grad().permute({2, 0, 1}).to_vector<double>();
     std::vector<double> expected_grad(xs.size(), 0.0);
     for (int64_t row = 0; row < 12; ++row) {
       std::vector<double> v(xs.begin() + row * 9, xs.begin() + (row + 1) * 9);
@@ -158,8 +155,7 @@ TEST_CASE("routing: topk gradcheck (f64, non-contiguous)") {
 }
 
 TEST_CASE("routing: topk errors") {
-  CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}), 9),
-                        "[topk] k=9 exceeds the size 8 of the last dimension");
+  CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}), 9), "[topk] k=9 exceeds the size 8 of the last dimension");
   CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}), 0), "[topk] k must be at least 1");
   CHECK_THROWS_HEADROOM(topk(Tensor::zeros({2, 8}, DType::i32), 1),
                         "[topk] expected input of dtype f32 or f64, got i32");
@@ -211,7 +207,8 @@ TEST_CASE("routing: put_along_rows gradcheck (f64, non-contiguous values)") {
 TEST_CASE("routing: put_along_rows errors") {
   Tensor values = Tensor::zeros({2, 3});
   Tensor indices = Tensor::from_vector<int32_t>({0, 1, 2, 3, 4, 5}, {2, 3});
-  CHECK_THROWS_HEADROOM(put_along_rows(values, indices, 5), "[put_along_rows] index 5 at position 5 is outside [0, n = 5)");
+  CHECK_THROWS_HEADROOM(put_along_rows(values, indices, 5),
+                        "[put_along_rows] index 5 at position 5 is outside [0, n = 5)");
   CHECK_THROWS_HEADROOM(put_along_rows(values, indices.view({3, 2}), 8),
                         "[put_along_rows] expected values [..., k] and indices of the same shape, got (2,3) and (3,2)");
   CHECK_THROWS_HEADROOM(put_along_rows(Tensor::zeros({2, 3}, DType::i32), indices, 8),
@@ -275,8 +272,7 @@ TEST_CASE("routing: index_select errors") {
                         "[index_select] index -1 at position 0 is out of range");
   CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::zeros({2})),
                         "[index_select] expected indices of dtype i32, got f32");
-  CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::zeros({1, 2}, DType::i32)),
-                        "[index_select] expected 0-d or 1-d");
+  CHECK_THROWS_HEADROOM(index_select(x, 0, Tensor::zeros({1, 2}, DType::i32)), "[index_select] expected 0-d or 1-d");
   CHECK_THROWS_HEADROOM(index_select(x, 2, Tensor::zeros({1}, DType::i32)),
                         "[index_select] dimension 2 is out of range");
 }
@@ -293,8 +289,7 @@ TEST_CASE("routing: gather_rows and scatter_add_rows match slot loops and are tr
   std::vector<double> xs = x.to_vector<double>(), ys = y.to_vector<double>(), gs = gates.to_vector<double>();
   std::vector<int32_t> position = plan.position.to_vector<int32_t>();
 
-  std::vector<double> gathered(tokens * k * width), combined(tokens * width, 0.0),
-      summed(tokens * width, 0.0);
+  std::vector<double> gathered(tokens * k * width), combined(tokens * width, 0.0), summed(tokens * width, 0.0);
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j)
       for (int64_t c = 0; c < width; ++c) {
@@ -327,9 +322,7 @@ TEST_CASE("routing: gather_rows and scatter_add_rows gradchecks (f64, non-contig
   auto scatter = [&](const std::vector<Tensor>& in) { return scatter_add_rows(in[0], in[1].t(), plan); };
   r = gradcheck(scatter, {y, gates_t});
   CHECK_MESSAGE(r.ok, r.message);
-  auto unit = [&](const std::vector<Tensor>& in) {
-    return scatter_add_rows(in[0].slice(1, 0, 3, 2), Tensor(), plan);
-  };
+  auto unit = [&](const std::vector<Tensor>& in) { return scatter_add_rows(in[0].slice(1, 0, 3, 2), Tensor(), plan); };
   r = gradcheck(unit, {y});
   CHECK_MESSAGE(r.ok, r.message);
 }
@@ -343,8 +336,7 @@ TEST_CASE("routing: gather_rows and scatter_add_rows errors") {
   CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), RoutePlan()), "[gather_rows] the route plan");
   RoutePlan tampered = plan;
   tampered.k = 3;
-  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), tampered),
-                        "is not one route() built for these sizes");
+  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), tampered), "is not one route() built for these sizes");
 
   CHECK_THROWS_HEADROOM(
       scatter_add_rows(Tensor::zeros({6, 3}), Tensor(), plan),
@@ -424,9 +416,8 @@ TEST_CASE("routing: segment_matmul errors") {
                         "expected x_grouped of shape (8,5)");
   CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 5}), Tensor::zeros({3, 5, 2}, DType::f64), plan),
                         "[segment_matmul] expected weight of dtype f32, got f64");
-  CHECK_THROWS_HEADROOM(
-      segment_matmul(Tensor::zeros({8, 5}, DType::i32), Tensor::zeros({3, 5, 2}, DType::i32), plan),
-      "[segment_matmul] expected x_grouped of dtype f32 or f64, got i32");
+  CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 5}, DType::i32), Tensor::zeros({3, 5, 2}, DType::i32), plan),
+                        "[segment_matmul] expected x_grouped of dtype f32 or f64, got i32");
   CHECK_THROWS_HEADROOM(segment_matmul(Tensor::zeros({8, 5}), Tensor::zeros({15, 2}), plan),
                         "[segment_matmul] expected weights of shape [E, in, out], got (15,2)");
 }
@@ -453,7 +444,8 @@ void check_fused_against_loops(int64_t in, int64_t out, int64_t tokens) {
   const int64_t rows = plan.rows(), segments = 4;
   Tensor x = param({tokens, in}, 1), y = param({rows, in}, 2), w = param({segments, in, out}, 3);
   Generator gen(4);
-  Tensor seed_rows = Tensor::randn({rows, out}, gen, DType::f64), seed_tokens = Tensor::randn({tokens, out}, gen, DType::f64);
+  Tensor seed_rows = Tensor::randn({rows, out}, gen, DType::f64),
+         seed_tokens = Tensor::randn({tokens, out}, gen, DType::f64);
   Tensor gathered = gather_segment_matmul(x, w, plan);
   sum(gathered * seed_rows).backward();
   const std::vector<double> gathered_dx = x.grad().to_vector<double>(), gathered_dw = w.grad().to_vector<double>();
@@ -488,7 +480,8 @@ void check_fused_against_loops(int64_t in, int64_t out, int64_t tokens) {
 }
 
 TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-row loops") {
-  for (auto [in, out] : {std::pair<int64_t, int64_t>{5, 3}, {37, 20}, {20, 37}}) check_fused_against_loops(in, out, 300);
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{5, 3}, {37, 20}, {20, 37}})
+    check_fused_against_loops(in, out, 300);
   check_fused_against_loops(37, 20, 700);
 }
 
@@ -638,18 +631,20 @@ TEST_CASE("routing: cpu:: gather / sum rows and the grouped matmuls equal the re
     r[4].resize(tokens * in), r[5].resize(tokens * out), r[6].resize(segments * in * out);
     (ref ? reference::gather_rows<double> : cpu::gather_rows<double>)(x, in, order, k, g, rows, r[0].data());
     using SumRows = void (*)(const double*, int64_t, const int32_t*, const int32_t*, const double*, int64_t, double*);
-    (ref ? static_cast<SumRows>(reference::sum_rows<double>) : cpu::sum_rows<double>)(
-        y, out, starts.data(), plan.position.data<int32_t>(), g, tokens, r[1].data());
+    (ref ? static_cast<SumRows>(reference::sum_rows<double>)
+         : cpu::sum_rows<double>)(y, out, starts.data(), plan.position.data<int32_t>(), g, tokens, r[1].data());
     (ref ? reference::segment_matmul<double> : cpu::segment_matmul<double>)(gathered, w, offsets, segments, in, out,
                                                                             false, r[2].data());
     (ref ? reference::segment_matmul<double> : cpu::segment_matmul<double>)(grouped, w, offsets, segments, in, out,
                                                                             true, r[3].data());
-    (ref ? reference::segment_matmul_scatter<double> : cpu::segment_matmul_scatter<double>)(
-        y, order, k, offsets, segments, w, in, out, true, tokens, r[4].data(), g);
-    (ref ? reference::segment_matmul_scatter<double> : cpu::segment_matmul_scatter<double>)(
-        r[0].data(), order, k, offsets, segments, w, in, out, false, tokens, r[5].data(), nullptr);
-    (ref ? reference::segment_matmul_weight_grad<double> : cpu::segment_matmul_weight_grad<double>)(
-        gathered, grouped, offsets, segments, in, out, r[6].data());
+    (ref ? reference::segment_matmul_scatter<double> : cpu::segment_matmul_scatter<double>)(y, order, k, offsets,
+                                                                                            segments, w, in, out, true,
+                                                                                            tokens, r[4].data(), g);
+    (ref ? reference::segment_matmul_scatter<double>
+         : cpu::segment_matmul_scatter<double>)(r[0].data(), order, k, offsets, segments, w, in, out, false, tokens,
+                                                r[5].data(), nullptr);
+    (ref ? reference::segment_matmul_weight_grad<double>
+         : cpu::segment_matmul_weight_grad<double>)(gathered, grouped, offsets, segments, in, out, r[6].data());
   }
   for (int i = 0; i < 7; ++i) {
     CAPTURE(i);
@@ -686,8 +681,7 @@ TEST_CASE("routing: empty cases: no tokens, no slots, zero-width weights") {
 
   RoutePlan no_slots = route(Tensor::zeros({3, 0}, DType::i32), 2);
   CHECK(gather_rows(Tensor::ones({3, 4}), no_slots).shape() == Shape{0, 4});
-  CHECK(scatter_add_rows(Tensor::zeros({0, 4}), Tensor(), no_slots).to_vector<float>() ==
-        std::vector<float>(12, 0.0f));
+  CHECK(scatter_add_rows(Tensor::zeros({0, 4}), Tensor(), no_slots).to_vector<float>() == std::vector<float>(12, 0.0f));
   CHECK(segment_matmul_scatter(Tensor::zeros({0, 4}), Tensor::ones({2, 4, 2}), no_slots).to_vector<float>() ==
         std::vector<float>(6, 0.0f));
 
@@ -738,8 +732,7 @@ void check_moe_layer(const MoeCase& c, DType dtype, double tolerance) {
       const double g = gates[t * c.k + j];
       for (int64_t h = 0; h < c.hidden; ++h) {
         double expert_out = 0;  // (x[t] · W[e])[h]
-        for (int64_t d = 0; d < c.dim; ++d)
-          expert_out += xs[t * c.dim + d] * ws[(e * c.dim + d) * c.hidden + h];
+        for (int64_t d = 0; d < c.dim; ++d) expert_out += xs[t * c.dim + d] * ws[(e * c.dim + d) * c.hidden + h];
         const double dout = ss[t * c.hidden + h];
         want_out[t * c.hidden + h] += g * expert_out;
         want_dlogits[t * c.experts + e] += expert_out * dout;
@@ -797,8 +790,8 @@ TEST_CASE("routing: a larger MoE layer runs the parallel paths, matches the loop
     Tensor w_out = param({big.experts, big.hidden, big.dim}, 5, DType::f32);
     Tensor fused = segment_matmul_scatter(gather_segment_matmul(x, w, plan), w_out, plan);
     (sum(out) + sum(fused)).backward();
-    return std::vector<std::vector<float>>{out.to_vector<float>(),   fused.to_vector<float>(),
-                                           x.grad().to_vector<float>(), w.grad().to_vector<float>(),
+    return std::vector<std::vector<float>>{out.to_vector<float>(),          fused.to_vector<float>(),
+                                           x.grad().to_vector<float>(),     w.grad().to_vector<float>(),
                                            w_out.grad().to_vector<float>(), gates.grad().to_vector<float>()};
   };
   // Fixed-order reductions: the same bits on one thread and on two.

@@ -128,8 +128,8 @@ TEST_CASE("safetensors: every dtype round trips, with metadata, in name order") 
 TEST_CASE("safetensors: non-contiguous tensors are saved in logical order") {
   TempDir dir("st_strided");
   Tensor base = Tensor::arange(12).reshape({3, 4});
-  Tensor transposed = base.t();                 // [4, 3]
-  Tensor sliced = base.slice(1, 1, 4, 2);       // [3, 2]
+  Tensor transposed = base.t();                                     // [4, 3]
+  Tensor sliced = base.slice(1, 1, 4, 2);                           // [3, 2]
   Tensor expanded = Tensor::arange(3).unsqueeze(0).expand({2, 3});  // stride 0
   std::string path = dir.file("views.safetensors");
   save_safetensors(path, {{"t", transposed}, {"s", sliced}, {"e", expanded}});
@@ -146,12 +146,11 @@ TEST_CASE("safetensors: the written bytes follow the format exactly") {
   save_safetensors(path, {{"b", Tensor::from_vector<float>({1.5f, -2})}, {"a", Tensor::from_vector<int32_t>({7})}},
                    {{"k", "v"}});
   // Metadata first, then tensors by name; offsets count from the data start.
-  std::string header =
-      R"({"__metadata__":{"k":"v"},"a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  std::string header = R"({"__metadata__":{"k":"v"},"a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
+                       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
   header.append((8 - header.size() % 8) % 8, ' ');  // spaces up to a multiple of 8
-  std::string expected = u64_le(header.size()) + header + raw(std::vector<int32_t>{7}) +
-                         raw(std::vector<float>{1.5f, -2});
+  std::string expected =
+      u64_le(header.size()) + header + raw(std::vector<int32_t>{7}) + raw(std::vector<float>{1.5f, -2});
   CHECK(read_bytes(path) == expected);
   CHECK(header.size() % 8 == 0);
 }
@@ -197,9 +196,7 @@ TEST_CASE("safetensors: corrupt files are rejected with a message naming the pro
     fs::resize_file(path, 200'000'000);
     CHECK_THROWS_HEADROOM(load_safetensors(path), "header length 150000000 exceeds the limit of 100000000 bytes");
   }
-  SUBCASE("missing file") {
-    CHECK_THROWS_HEADROOM(load_safetensors(dir.file("absent.safetensors")), "cannot open");
-  }
+  SUBCASE("missing file") { CHECK_THROWS_HEADROOM(load_safetensors(dir.file("absent.safetensors")), "cannot open"); }
   SUBCASE("bad JSON") {
     CHECK_THROWS_HEADROOM(load_hand("{\"a\":{\"dtype\":\"F32\",}}", ""), "invalid JSON in the safetensors header of");
   }
@@ -207,9 +204,9 @@ TEST_CASE("safetensors: corrupt files are rejected with a message naming the pro
     CHECK_THROWS_HEADROOM(load_hand("[1]", ""), "header is an array, expected an object");
   }
   SUBCASE("duplicate names") {
-    CHECK_THROWS_HEADROOM(load_hand("{" + entry("w", "F32", "[1]", 0, 4) + "," + entry("w", "F32", "[1]", 4, 8) + "}",
-                                    two_floats),
-                          "duplicate key \"w\"");
+    CHECK_THROWS_HEADROOM(
+        load_hand("{" + entry("w", "F32", "[1]", 0, 4) + "," + entry("w", "F32", "[1]", 4, 8) + "}", two_floats),
+        "duplicate key \"w\"");
   }
   SUBCASE("unknown dtype") {
     CHECK_THROWS_HEADROOM(load_hand("{" + entry("w", "F16", "[4]", 0, 8) + "}", two_floats),
@@ -232,10 +229,9 @@ TEST_CASE("safetensors: corrupt files are rejected with a message naming the pro
         "tensor 'b' (bytes 4..8) overlaps tensor 'a'");
   }
   SUBCASE("a gap between ranges") {
-    CHECK_THROWS_HEADROOM(
-        load_hand("{" + entry("a", "F32", "[1]", 0, 4) + "," + entry("b", "F32", "[1]", 8, 12) + "}",
-                  two_floats + two_floats),
-        "bytes 4..8 of the data section belong to no tensor (gap before tensor 'b')");
+    CHECK_THROWS_HEADROOM(load_hand("{" + entry("a", "F32", "[1]", 0, 4) + "," + entry("b", "F32", "[1]", 8, 12) + "}",
+                                    two_floats + two_floats),
+                          "bytes 4..8 of the data section belong to no tensor (gap before tensor 'b')");
   }
   SUBCASE("bytes after the last tensor") {
     CHECK_THROWS_HEADROOM(load_hand("{" + entry("a", "F32", "[1]", 0, 4) + "}", two_floats),
@@ -254,9 +250,8 @@ TEST_CASE("safetensors: corrupt files are rejected with a message naming the pro
     CHECK_THROWS_HEADROOM(load_hand(R"({"w":[1]})", ""), "entry of tensor 'w' is an array, expected an object");
   }
   SUBCASE("shape too large") {
-    CHECK_THROWS_HEADROOM(
-        load_hand("{" + entry("w", "F64", "[4294967296,4294967296]", 0, 8) + "}", two_floats),
-        "shape of tensor 'w' is too large");
+    CHECK_THROWS_HEADROOM(load_hand("{" + entry("w", "F64", "[4294967296,4294967296]", 0, 8) + "}", two_floats),
+                          "shape of tensor 'w' is too large");
   }
   SUBCASE("I64 values outside the i32 range and BOOL bytes other than 0/1") {
     CHECK_THROWS_HEADROOM(load_hand("{" + entry("i", "I64", "[1]", 0, 8) + "}", raw(std::vector<int64_t>{1ll << 40})),

@@ -9,10 +9,10 @@ Tensor leaf(const Shape& shape, uint64_t seed) {
   Generator g(seed);
   return Tensor::randn(shape, g, DType::f64).set_requires_grad();
 }
-#define CHECK_GRAD(fn, ...)                          \
-  do {                                               \
-    auto r = gradcheck(fn, {__VA_ARGS__});           \
-    CHECK_MESSAGE(r.ok, r.message);                  \
+#define CHECK_GRAD(fn, ...)                \
+  do {                                     \
+    auto r = gradcheck(fn, {__VA_ARGS__}); \
+    CHECK_MESSAGE(r.ok, r.message);        \
   } while (0)
 }  // namespace
 

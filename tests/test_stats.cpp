@@ -43,13 +43,14 @@ RoutingStats routed(const std::vector<int32_t>& indices, int64_t k, const std::v
 //   row 2 -> {0, 2} gates .125 .25  row 3 -> {0, 1} gates .125 .25
 // counts 3, 3, 2; mean gates .25, .5, .25.
 std::vector<RoutingStats> two_layers() {
-  return {RoutingStats(), routed({0, 1, 1, 2, 0, 2, 0, 1}, 2,
-                                 {0.5f, 0.5f, 0, 0, 0.75f, 0.25f, 0.125f, 0, 0.25f, 0.125f, 0.25f, 0}, 3)};
+  return {RoutingStats(),
+          routed({0, 1, 1, 2, 0, 2, 0, 1}, 2, {0.5f, 0.5f, 0, 0, 0.75f, 0.25f, 0.125f, 0, 0.25f, 0.125f, 0.25f, 0}, 3)};
 }
 
 // value(layer, e) for every expert of the layer, e.g. per_expert(r, 1, &RoutingRecorder::count).
 template <typename T>
-std::vector<T> per_expert(const RoutingRecorder& r, int64_t layer, T (RoutingRecorder::*value)(int64_t, int64_t) const) {
+std::vector<T> per_expert(const RoutingRecorder& r, int64_t layer,
+                          T (RoutingRecorder::*value)(int64_t, int64_t) const) {
   std::vector<T> values;
   for (int64_t e = 0; e < r.experts(layer); ++e) values.push_back((r.*value)(layer, e));
   return values;
@@ -183,7 +184,7 @@ TEST_CASE("RoutingRecorder: PMI by hand, top tokens order and the min-count filt
   CHECK(top[1].second == doctest::Approx(pmi_4_0));
   CHECK(top[2].second == doctest::Approx(pmi_7_0));
   CHECK(r.top_pmi(0, 0, 2, 1).size() == 2);  // n truncates
-  auto frequent = r.top_pmi(0, 0, 10, 2);   // n(w, e) >= 2 keeps token 7 only
+  auto frequent = r.top_pmi(0, 0, 10, 2);    // n(w, e) >= 2 keeps token 7 only
   REQUIRE(frequent.size() == 1);
   CHECK(frequent[0].first == 7);
   auto expert1 = r.top_pmi(0, 1, 10, 0);  // min_count 0 still skips n(w, e) = 0
@@ -256,7 +257,8 @@ TEST_CASE("RoutingRecorder: errors") {
   CHECK_THROWS_HEADROOM(r.add({no_gates}), "has indices but no gates");
   RoutingStats no_load = routed({0}, 1, {1, 0}, 2);
   no_load.load = Tensor();
-  CHECK_THROWS_HEADROOM(r.add({no_load}), "[RoutingRecorder] layer 0 has gates but no load: expected load [E] with them");
+  CHECK_THROWS_HEADROOM(r.add({no_load}),
+                        "[RoutingRecorder] layer 0 has gates but no load: expected load [E] with them");
   CHECK_THROWS_HEADROOM(r.add({routed({0}, 1, {1, 0}, 2, {1, 0, 0})}),
                         "[RoutingRecorder] layer 0: load (3), expected [E] with E = 2 (the gates' columns)");
   CHECK_THROWS_HEADROOM(r.add({routed({0}, 1, {1, 0}, 2, {1, -1})}), "layer 0: load -1, expected finite values >= 0");
@@ -383,6 +385,7 @@ TEST_CASE("RoutingRecorder: a MoH layer's shared head has density 1; CSV and JSO
     CAPTURE(e);
     const std::string prefix = "all,0," + std::to_string(e) + ",";
     REQUIRE(by_class[size_t(e + 1)].rfind(prefix, 0) == 0);
-    CHECK(std::stod(by_class[size_t(e + 1)].substr(prefix.size())) == doctest::Approx(density[size_t(e)]).epsilon(1e-6));
+    CHECK(std::stod(by_class[size_t(e + 1)].substr(prefix.size())) ==
+          doctest::Approx(density[size_t(e)]).epsilon(1e-6));
   }
 }

@@ -3,7 +3,6 @@
 // run directory must hold and that the metrics are sane.
 #include <filesystem>
 
-
 #include "headroom/core/image.h"
 #include "headroom/examples/common/lm_task.h"
 #include "headroom/examples/common/mt_task.h"
@@ -36,7 +35,8 @@ bool exists(const std::string& path) { return std::filesystem::exists(path); }
 TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run directory") {
   TempDir dir("task_lm");
   std::string text;
-  for (int i = 0; i < 40; ++i) text += "The quick brown fox jumps over the lazy dog. Ünïcödé line " + std::to_string(i) + "\n";
+  for (int i = 0; i < 40; ++i)
+    text += "The quick brown fox jumps over the lazy dog. Ünïcödé line " + std::to_string(i) + "\n";
   dir.write("text.txt", text);
   LmOptions lm;
   lm.data = dir.file("text.txt"), lm.context = 16, lm.batch = 4, lm.eval_tokens = 256, lm.generate = 8;
@@ -45,8 +45,8 @@ TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run direct
   CHECK(s.metric("bits_per_byte") == doctest::Approx(s.metric("loss") / std::log(2.0)));
   CHECK(s.metric("loss") < std::log(259.0) + 0.5);  // about uniform over the vocabulary, or better
   CHECK(s.active_heads == doctest::Approx(0.75));
-  for (const char* file : {"checkpoint.safetensors", "log.jsonl", "loss.png", "eval.png", "routing.json",
-                           "routing.csv", "load.png", "load_heatmap.png", "gates.png", "pmi.md"})
+  for (const char* file : {"checkpoint.safetensors", "log.jsonl", "loss.png", "eval.png", "routing.json", "routing.csv",
+                           "load.png", "load_heatmap.png", "gates.png", "pmi.md"})
     CHECK_MESSAGE(exists(dir.file(std::string("run/") + file)), file);
   CHECK_THROWS_HEADROOM(run_lm(LmOptions{dir.file("missing.txt")}, tiny_model("mha"), few_steps("")), "missing.txt");
 }
@@ -57,7 +57,8 @@ TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes 
   const char* german[] = {"eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn"};
   std::string tsv;
   for (int a = 0; a < 10; ++a)
-    for (int b = 0; b < 10; ++b) tsv += std::string(english[a]) + " and " + english[b] + "\t" + german[a] + " und " + german[b] + "\n";
+    for (int b = 0; b < 10; ++b)
+      tsv += std::string(english[a]) + " and " + english[b] + "\t" + german[a] + " und " + german[b] + "\n";
   dir.write("pairs.tsv", tsv);
   MtOptions mt;
   mt.data = dir.file("pairs.tsv"), mt.valid_pairs = 10, mt.test_pairs = 10, mt.bpe_merges = 30, mt.batch = 8;

@@ -44,7 +44,8 @@ TEST_CASE("views share storage and follow numpy semantics") {
   CHECK(t.reshape({-1, 4}).shape() == Shape{6, 4});
   CHECK_THROWS_HEADROOM(t.permute({0, 1}).numel(), "got 2 dimensions");
   CHECK_THROWS_HEADROOM(t.reshape({5, -1}), "cannot infer -1");
-  CHECK_THROWS_HEADROOM(p.view({24}), "[view] a tensor of shape (4,2,3) with strides (1,12,4) cannot be viewed as (24)");
+  CHECK_THROWS_HEADROOM(p.view({24}),
+                        "[view] a tensor of shape (4,2,3) with strides (1,12,4) cannot be viewed as (24)");
   CHECK_THROWS_HEADROOM(t.expand({2, 5, 4}), "cannot expand shape (2,3,4)");
   CHECK_THROWS_HEADROOM(t.size(3), "dimension 3 is out of range");
 }
@@ -242,8 +243,8 @@ TEST_CASE("copies and fills large enough to be split between the threads match a
   Generator gen(8);
   Tensor base = Tensor::randn({3, 130, 140}, gen, DType::f64);  // 54600 elements, above the threshold
   const std::vector<double> flat = base.to_vector<double>();
-  for (const Tensor& view : {base.permute({2, 0, 1}), base.narrow(2, 8, 128), base.narrow(0, 1, 1).expand({3, 130, 140}),
-                             base.view({3 * 130 * 140})}) {
+  for (const Tensor& view : {base.permute({2, 0, 1}), base.narrow(2, 8, 128),
+                             base.narrow(0, 1, 1).expand({3, 130, 140}), base.view({3 * 130 * 140})}) {
     CAPTURE(shape_str(view.shape()));
     CHECK(view.contiguous().to_vector<double>() == read_through_strides(flat, view));
     CHECK(view.clone().to_vector<double>() == read_through_strides(flat, view));
@@ -260,11 +261,11 @@ TEST_CASE("copies of strided views match a naive index walk: permutes, steps, br
   Tensor base = Tensor::randn({3, 4, 5, 6}, gen, DType::f64);
   const std::vector<double> flat = base.to_vector<double>();
   const std::vector<Tensor> views = {
-      base.permute({0, 2, 1, 3}),            // a head split: rows stay contiguous
-      base.permute({3, 1, 0, 2}),            // the last dimension strided
+      base.permute({0, 2, 1, 3}),                // a head split: rows stay contiguous
+      base.permute({3, 1, 0, 2}),                // the last dimension strided
       base.slice(3, 1, 6, 2).slice(1, 0, 4, 3),  // stepped rows and columns
       base.select(2, 4).t(),
-      base.narrow(0, 1, 1).expand({4, 4, 5, 6}),  // stride 0 on a broadcast dimension
+      base.narrow(0, 1, 1).expand({4, 4, 5, 6}),                 // stride 0 on a broadcast dimension
       base.select(0, 2).select(0, 1).select(0, 3).select(0, 5),  // 0-d
   };
   for (const Tensor& view : views) {

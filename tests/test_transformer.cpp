@@ -72,8 +72,10 @@ TEST_CASE("TransformerBlock: pre-LN and post-LN equal the composition of their p
     auto ln = [](const std::shared_ptr<LayerNorm>& n, const Tensor& t) { return layer_norm(t, n->weight, n->bias); };
     auto attend_self = [&](const Tensor& h) { return self->forward({h, Tensor(), true, pad, pad}).out; };
     auto attend_cross = [&](const Tensor& h) { return cross->forward({h, memory, false, pad, mem_pad}).out; };
-    auto ffn = [&](const Tensor& h) { return linear(gelu(linear(h, block.mlp->fc1->weight, block.mlp->fc1->bias)),
-                                                    block.mlp->fc2->weight, block.mlp->fc2->bias); };
+    auto ffn = [&](const Tensor& h) {
+      return linear(gelu(linear(h, block.mlp->fc1->weight, block.mlp->fc1->bias)), block.mlp->fc2->weight,
+                    block.mlp->fc2->bias);
+    };
     Tensor expected;
     if (norm == NormPlacement::pre) {
       Tensor h = x + attend_self(ln(block.self_attn_norm, x));
@@ -268,8 +270,8 @@ TEST_CASE("gradcheck through a 1-layer DecoderLM and EncoderDecoder (f64)") {
 
 TEST_CASE("DecoderLM matches the frozen PyTorch fixture: logits, loss and every gradient") {
   testing::Fixture f(std::string(HEADROOM_FIXTURES_DIR) + "/transformer.safetensors");
-  ModelConfig c = ModelConfig::from_metadata(load_safetensors(std::string(HEADROOM_FIXTURES_DIR) +
-                                                              "/transformer.safetensors").metadata);
+  ModelConfig c = ModelConfig::from_metadata(
+      load_safetensors(std::string(HEADROOM_FIXTURES_DIR) + "/transformer.safetensors").metadata);
   DecoderLM lm(c);
   NamedTensors weights;
   for (const auto& [name, p] : lm.state_dict()) weights.push_back({name, f.get(name)});

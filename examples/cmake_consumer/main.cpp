@@ -26,8 +26,8 @@ int main() try {
     opt.step();
     (step == 0 ? first : last) = loss.item();
   }
-  std::printf("headroom %s on %s: mse %.5f -> %.5f\ncuda: %s\n", HEADROOM_VERSION, device.str().c_str(), first,
-              last, device_summary(Device::Kind::cuda).c_str());
+  std::printf("headroom %s on %s: mse %.5f -> %.5f\ncuda: %s\n", HEADROOM_VERSION, device.str().c_str(), first, last,
+              device_summary(Device::Kind::cuda).c_str());
   return last < first / 10 ? 0 : 1;
 } catch (const Error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());

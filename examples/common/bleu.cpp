@@ -147,8 +147,7 @@ void finish_score(BleuScore& bleu) {
   if (bleu.hyp_len < bleu.ref_len)
     bleu.brevity_penalty =
         bleu.hyp_len > 0 ? std::exp(1.0 - static_cast<double>(bleu.ref_len) / static_cast<double>(bleu.hyp_len)) : 0.0;
-  else
-    bleu.brevity_penalty = 1.0;
+  else bleu.brevity_penalty = 1.0;
   bleu.ratio = bleu.ref_len > 0 ? static_cast<double>(bleu.hyp_len) / static_cast<double>(bleu.ref_len) : 0.0;
   bool any_match = false;
   for (int64_t m : bleu.matches) any_match = any_match || m > 0;

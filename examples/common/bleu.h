@@ -21,13 +21,13 @@ namespace headroom::examples {
 std::string tokenize_13a(const std::string& line);
 
 struct BleuScore {
-  double score = 0;                   // 0..100
+  double score = 0;                     // 0..100
   double precisions[4] = {0, 0, 0, 0};  // n-gram precisions in percent, smoothed
   int64_t matches[4] = {0, 0, 0, 0};    // clipped n-gram matches, n = 1..4
   int64_t totals[4] = {0, 0, 0, 0};     // hypothesis n-grams, n = 1..4
   double brevity_penalty = 0;
-  double ratio = 0;                    // hyp_len / ref_len (0 when ref_len is 0)
-  int64_t hyp_len = 0, ref_len = 0;    // tokens, summed over the corpus
+  double ratio = 0;                  // hyp_len / ref_len (0 when ref_len is 0)
+  int64_t hyp_len = 0, ref_len = 0;  // tokens, summed over the corpus
   // sacreBLEU's line: "BLEU = 27.30 60.0/33.3/21.4/12.5 (BP = 1.000 ratio = 1.050 hyp_len = 21 ref_len = 20)".
   std::string to_string() const;
 };

@@ -45,8 +45,8 @@ void Flags::add_flag(Flag flag) {
 }
 
 void Flags::add(const std::string& name, std::string* value, const std::string& help) {
-  add_flag({name, help, "", false, false, [value](const std::string& text) { *value = text; },
-            [value] { return *value; }});
+  add_flag(
+      {name, help, "", false, false, [value](const std::string& text) { *value = text; }, [value] { return *value; }});
 }
 
 void Flags::add(const std::string& name, int64_t* value, const std::string& help) {
@@ -72,8 +72,7 @@ void Flags::add(const std::string& name, uint64_t* value, const std::string& hel
 }
 
 void Flags::add(const std::string& name, double* value, const std::string& help) {
-  add_flag({name, help, "", false, false,
-            [name, value](const std::string& text) { *value = parse_real(name, text); },
+  add_flag({name, help, "", false, false, [name, value](const std::string& text) { *value = parse_real(name, text); },
             [value] { return format_real(*value); }});
 }
 

@@ -30,12 +30,12 @@ IdxArray read_idx(const std::string& path) {
   auto byte = [&](size_t i) { return static_cast<int>(static_cast<unsigned char>(bytes[i])); };
   HEADROOM_CHECK(byte(0) == 0 && byte(1) == 0 && byte(3) >= 1 && byte(3) <= 4, "[read_idx] ", path,
                  ": bad magic, expected 00 00 <type> <1..4 dimensions> (an uncompressed IDX file)");
-  HEADROOM_CHECK(byte(2) == kUnsignedByte, "[read_idx] ", path, ": unsupported element type 0x", std::hex,
-                 byte(2), ", expected 0x08 (unsigned byte)");
+  HEADROOM_CHECK(byte(2) == kUnsignedByte, "[read_idx] ", path, ": unsupported element type 0x", std::hex, byte(2),
+                 ", expected 0x08 (unsigned byte)");
   size_t ndim = static_cast<size_t>(byte(3));
   size_t header = 4 + 4 * ndim;
-  HEADROOM_CHECK(bytes.size() >= header, "[read_idx] ", path, ": truncated header, expected ", header,
-                 " bytes for ", ndim, " dimensions, got ", bytes.size());
+  HEADROOM_CHECK(bytes.size() >= header, "[read_idx] ", path, ": truncated header, expected ", header, " bytes for ",
+                 ndim, " dimensions, got ", bytes.size());
   IdxArray array;
   for (size_t d = 0; d < ndim; ++d) array.shape.push_back(big_endian_u32(bytes, 4 + 4 * d));
   // Elements the shape needs, capped at held + 1 (four u32 sizes can overflow 64 bits).
@@ -60,8 +60,8 @@ ImageDataset load_idx_dataset(const std::string& images_path, const std::string&
                  ": expected images [N, H, W] or [N, H, W, C], got ", images.shape.size(), " dimensions");
   HEADROOM_CHECK(labels.shape.size() == 1, "[load_idx_dataset] ", labels_path, ": expected labels [N], got ",
                  labels.shape.size(), " dimensions");
-  HEADROOM_CHECK(images.shape[0] == labels.shape[0], "[load_idx_dataset] ", images_path, " holds ",
-                 images.shape[0], " images but ", labels_path, " holds ", labels.shape[0], " labels");
+  HEADROOM_CHECK(images.shape[0] == labels.shape[0], "[load_idx_dataset] ", images_path, " holds ", images.shape[0],
+                 " images but ", labels_path, " holds ", labels.shape[0], " labels");
   for (size_t i = 0; i < labels.data.size(); ++i)
     HEADROOM_CHECK(labels.data[i] < class_names.size(), "[load_idx_dataset] ", labels_path, ": label ",
                    static_cast<int>(labels.data[i]), " of example ", i, " is not below the ", class_names.size(),
@@ -78,8 +78,7 @@ ImageDataset load_idx_dataset(const std::string& images_path, const std::string&
 }
 
 std::vector<std::string> fashion_mnist_classes() {
-  return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-          "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 }
 
 ImageDataset split_off(ImageDataset& data, double fraction, uint64_t seed) {

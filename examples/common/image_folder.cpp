@@ -60,7 +60,7 @@ ImageDataset load_image_folder(const std::string& dir, int64_t size, int channel
   for (int64_t i = 0; i < n; ++i) {
     // load_image's errors name the file and stb's reason.
     Tensor hwc = resize_image(load_image(files[i].string(), channels), size, size);  // [S, S, C]
-    Tensor chw = hwc.permute({2, 0, 1}).contiguous();                                   // [C, S, S]
+    Tensor chw = hwc.permute({2, 0, 1}).contiguous();                                // [C, S, S]
     std::memcpy(data.images.data<float>() + i * image_numel, chw.data<float>(), image_numel * sizeof(float));
   }
   data.labels = Tensor::from_vector(labels);

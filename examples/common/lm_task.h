@@ -22,11 +22,11 @@ namespace headroom::examples {
 struct LmOptions {
   std::string data = "data/fortunes.txt";
   double valid_fraction = 0.05;
-  int64_t context = 128;       // T
-  int64_t batch = 16;          // B
-  int64_t eval_tokens = 32768; // validation tokens per evaluation (0: the whole split)
+  int64_t context = 128;           // T
+  int64_t batch = 16;              // B
+  int64_t eval_tokens = 32768;     // validation tokens per evaluation (0: the whole split)
   std::string prompt = "Q: What";  // --generate
-  int64_t generate = 0;        // bytes to sample after training (0: none)
+  int64_t generate = 0;            // bytes to sample after training (0: none)
   double temperature = 0.8;
   int64_t top_k = 40;
 };

@@ -60,8 +60,7 @@ double active_head_fraction(const Module& model, const ModelConfig& config) {
       total += double(moh->active_heads()) / double(moh->config.heads);
     else if (auto moa = std::dynamic_pointer_cast<MoAAttention>(layer))
       total += double(moa->config.k * moa->config.head_dim) / double(config.dim);
-    else
-      total += 1.0;
+    else total += 1.0;
   }
   return total / double(layers.size());
 }

@@ -86,7 +86,8 @@ class MtTask : public ModelTask<EncoderDecoder> {
     const double loss = nll / double(tokens);
     const size_t sentences = std::min(split_.valid.size(), size_t(mt_.bleu_sentences));
     SentencePairs scored(split_.valid.begin(), split_.valid.begin() + sentences);
-    return {{"loss", loss}, {"bleu", bleu_of(translate(sources(scored)), scored).score}, {"perplexity", std::exp(loss)}};
+    return {
+        {"loss", loss}, {"bleu", bleu_of(translate(sources(scored)), scored).score}, {"perplexity", std::exp(loss)}};
   }
 
   // Translations of `texts`, batch by batch (eval mode, no gradients).
@@ -244,7 +245,8 @@ void add_mt_flags(Flags& flags, MtOptions& o) {
 }
 
 RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const TrainOptions& o) {
-  HEADROOM_CHECK(mt.batch > 0 && mt.max_tokens > 0 && mt.beam > 0, "[train_mt] --batch, --max-tokens and --beam must be positive");
+  HEADROOM_CHECK(mt.batch > 0 && mt.max_tokens > 0 && mt.beam > 0,
+                 "[train_mt] --batch, --max-tokens and --beam must be positive");
   MtTask task(mt, model_options.config(), o.seed);
   std::printf("data: %zu train / %zu valid / %zu test pairs, vocabulary %lld (%lld BPE merges)\n",
               task.split().train.size(), task.split().valid.size(), task.split().test.size(),

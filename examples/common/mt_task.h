@@ -22,16 +22,16 @@
 namespace headroom::examples {
 
 struct MtOptions {
-  std::string data = "data/mt-mo";   // a folder of .mo files, or a .tsv file
-  int64_t max_bytes = 160;           // drop pairs with a longer side (bytes)
-  int64_t max_tokens = 64;           // drop pairs with a longer side (tokens, after BPE)
+  std::string data = "data/mt-mo";  // a folder of .mo files, or a .tsv file
+  int64_t max_bytes = 160;          // drop pairs with a longer side (bytes)
+  int64_t max_tokens = 64;          // drop pairs with a longer side (tokens, after BPE)
   int64_t valid_pairs = 500, test_pairs = 1000;
   int64_t bpe_merges = 2000;
-  int64_t batch = 32;                // sentence pairs per step
+  int64_t batch = 32;  // sentence pairs per step
   double label_smoothing = 0.1;
-  int64_t eval_pairs = 500;          // validation pairs for the loss
-  int64_t bleu_sentences = 200;      // validation sentences decoded for BLEU at each evaluation
-  int64_t beam = 1;                  // 1: greedy
+  int64_t eval_pairs = 500;      // validation pairs for the loss
+  int64_t bleu_sentences = 200;  // validation sentences decoded for BLEU at each evaluation
+  int64_t beam = 1;              // 1: greedy
   double length_penalty = 1.0;
 };
 

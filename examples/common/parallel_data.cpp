@@ -60,13 +60,12 @@ class MoFile {
 
   std::string string_at(uint32_t table, uint32_t i, const char* what) const {
     uint32_t length = u32(table + 8 * size_t{i}, what), offset = u32(table + 8 * size_t{i} + 4, what);
-    HEADROOM_CHECK(length <= bytes_.size() && offset <= bytes_.size() - length, "[read_mo] ", path_, ": ", what,
-                   " ", i, " (", length, " bytes at offset ", offset, ") runs past the end (", bytes_.size(),
-                   " bytes)");
+    HEADROOM_CHECK(length <= bytes_.size() && offset <= bytes_.size() - length, "[read_mo] ", path_, ": ", what, " ", i,
+                   " (", length, " bytes at offset ", offset, ") runs past the end (", bytes_.size(), " bytes)");
     std::string text = bytes_.substr(offset, length);
     size_t bad = invalid_utf8_offset(text);
-    HEADROOM_CHECK(bad == std::string::npos, "[read_mo] ", path_, ": ", what, " ", i,
-                   " is not valid UTF-8 at byte ", bad, "; expected a UTF-8 catalog");
+    HEADROOM_CHECK(bad == std::string::npos, "[read_mo] ", path_, ": ", what, " ", i, " is not valid UTF-8 at byte ",
+                   bad, "; expected a UTF-8 catalog");
     return text;
   }
 
@@ -134,8 +133,8 @@ SentencePairs read_tsv(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     size_t tab = line.find('\t');
-    HEADROOM_CHECK(tab != std::string::npos && line.find('\t', tab + 1) == std::string::npos, "[read_tsv] ", path,
-                   ":", line_number, ": expected source<TAB>target (exactly one tab), got ",
+    HEADROOM_CHECK(tab != std::string::npos && line.find('\t', tab + 1) == std::string::npos, "[read_tsv] ", path, ":",
+                   line_number, ": expected source<TAB>target (exactly one tab), got ",
                    tab == std::string::npos ? "no tab" : "several tabs");
     pairs.emplace_back(line.substr(0, tab), line.substr(tab + 1));
   }
@@ -146,8 +145,8 @@ void write_tsv(const std::string& path, const SentencePairs& pairs) {
   std::string text;
   for (size_t i = 0; i < pairs.size(); ++i) {
     const auto& [source, target] = pairs[i];
-    HEADROOM_CHECK(!has_line_break_or_tab(source) && !has_line_break_or_tab(target), "[write_tsv] ", path,
-                   ": pair ", i, " holds a tab or a line break, which TSV cannot store");
+    HEADROOM_CHECK(!has_line_break_or_tab(source) && !has_line_break_or_tab(target), "[write_tsv] ", path, ": pair ", i,
+                   " holds a tab or a line break, which TSV cannot store");
     text += source + '\t' + target + '\n';
   }
   write_file_atomically(path, text, "write_tsv");
@@ -166,8 +165,8 @@ SentencePairs clean_pairs(const SentencePairs& pairs, size_t max_bytes) {
 }
 
 ParallelSplit split_pairs(const SentencePairs& pairs, size_t valid, size_t test) {
-  HEADROOM_CHECK(valid + test <= pairs.size(), "[split_pairs] valid ", valid, " + test ", test,
-                 " pairs exceed the ", pairs.size(), " pairs");
+  HEADROOM_CHECK(valid + test <= pairs.size(), "[split_pairs] valid ", valid, " + test ", test, " pairs exceed the ",
+                 pairs.size(), " pairs");
   // Pairs per source, then the sources in (hash, text) order.
   std::map<std::string, size_t> pairs_per_source;
   for (const auto& pair : pairs) ++pairs_per_source[pair.first];

@@ -14,18 +14,18 @@ namespace headroom::examples {
 
 namespace {
 
-const Color kInk{40, 40, 40};          // text, axes and ticks
-const Color kGrid{228, 228, 228};      // grid lines behind the data
-const Color kMissing{190, 190, 190};   // heat-map cells without a value
+const Color kInk{40, 40, 40};         // text, axes and ticks
+const Color kGrid{228, 228, 228};     // grid lines behind the data
+const Color kMissing{190, 190, 190};  // heat-map cells without a value
 const Color kWhite{255, 255, 255};
 
 // Font scales (stb_easy_font glyphs are about 6 x 9 font pixels).
-constexpr int kTextScale = 2;   // tick labels, legend, axis labels
+constexpr int kTextScale = 2;  // tick labels, legend, axis labels
 constexpr int kTitleScale = 3;
-constexpr int kMargin = 14;     // around the picture
-constexpr int kGap = 10;        // between a label and what it labels
-constexpr int kTick = 6;        // tick mark length
-constexpr int kLineWidth = 2;   // data lines and outlines
+constexpr int kMargin = 14;    // around the picture
+constexpr int kGap = 10;       // between a label and what it labels
+constexpr int kTick = 6;       // tick mark length
+constexpr int kLineWidth = 2;  // data lines and outlines
 
 // ---- Canvas helpers ---------------------------------------------------------
 
@@ -177,8 +177,8 @@ Rect layout(const Canvas& canvas, const Frame& frame, const std::string& chart, 
   const int line = Canvas::text_height(kTextScale);
   Rect area;
   area.top = kMargin + (frame.title.empty() ? line / 2 : Canvas::text_height(kTitleScale) + kGap);
-  area.left = kMargin + (frame.y_label.empty() ? 0 : line + kGap) + widest(frame.y_tick_labels, kTextScale) +
-              kTick + kGap / 2;
+  area.left =
+      kMargin + (frame.y_label.empty() ? 0 : line + kGap) + widest(frame.y_tick_labels, kTextScale) + kTick + kGap / 2;
   area.bottom = canvas.height() - kMargin - (frame.x_label.empty() ? 0 : line + kGap) - line - kTick - kGap / 2;
   area.right = canvas.width() - kMargin - (frame.right_reserve > 0 ? frame.right_reserve + 2 * kGap : 0);
   HEADROOM_CHECK(area.width() >= 40 && area.height() >= 40, "[", chart, "] ", path, ": a ", canvas.width(), "x",
@@ -193,8 +193,8 @@ void draw_labels(Canvas& canvas, const Rect& area, const Frame& frame) {
               kTitleScale);
   canvas.text(area.left + (area.width() - Canvas::text_width(frame.x_label, kTextScale)) / 2,
               canvas.height() - kMargin - line, frame.x_label, kInk, kTextScale);
-  canvas.text(kMargin, area.top + (area.height() - Canvas::text_width(frame.y_label, kTextScale)) / 2,
-              frame.y_label, kInk, kTextScale, true);
+  canvas.text(kMargin, area.top + (area.height() - Canvas::text_width(frame.y_label, kTextScale)) / 2, frame.y_label,
+              kInk, kTextScale, true);
 }
 
 // The frame line just outside the area, so it never covers data.
@@ -308,16 +308,15 @@ bool finite_range(const std::vector<double>& values, double& lo, double& hi) {
 // ---- Colours ----------------------------------------------------------------
 
 Color palette_color(size_t index) {
-  static const Color tab10[10] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44},  {214, 39, 40},
-                                  {148, 103, 189}, {140, 86, 75}, {227, 119, 194}, {127, 127, 127},
-                                  {188, 189, 34},  {23, 190, 207}};
+  static const Color tab10[10] = {{31, 119, 180}, {255, 127, 14},  {44, 160, 44},   {214, 39, 40},  {148, 103, 189},
+                                  {140, 86, 75},  {227, 119, 194}, {127, 127, 127}, {188, 189, 34}, {23, 190, 207}};
   return tab10[index % 10];
 }
 
 Color colormap(double t) {
   // viridis sampled at t = 0, 1/8, ..., 1, linearly interpolated
-  static const Color points[9] = {{68, 1, 84},    {71, 45, 123},  {59, 82, 139},  {44, 114, 142}, {33, 145, 140},
-                                  {40, 174, 128}, {94, 201, 98},  {173, 220, 48}, {253, 231, 37}};
+  static const Color points[9] = {{68, 1, 84},    {71, 45, 123}, {59, 82, 139},  {44, 114, 142}, {33, 145, 140},
+                                  {40, 174, 128}, {94, 201, 98}, {173, 220, 48}, {253, 231, 37}};
   t = std::isnan(t) ? 0.0 : std::clamp(t, 0.0, 1.0) * 8;
   int i = std::min(static_cast<int>(t), 7);
   double w = t - i;
@@ -334,8 +333,8 @@ Canvas::Canvas(int width, int height) : width_(width), height_(height) {
 }
 
 Color Canvas::pixel(int x, int y) const {
-  HEADROOM_CHECK(x >= 0 && x < width_ && y >= 0 && y < height_, "[Canvas] pixel (", x, ", ", y,
-                 ") is outside the ", width_, "x", height_, " canvas");
+  HEADROOM_CHECK(x >= 0 && x < width_ && y >= 0 && y < height_, "[Canvas] pixel (", x, ", ", y, ") is outside the ",
+                 width_, "x", height_, " canvas");
   const uint8_t* p = &rgb_[(static_cast<size_t>(y) * width_ + x) * 3];
   return {p[0], p[1], p[2]};
 }
@@ -372,14 +371,11 @@ void Canvas::text(int x, int y, const std::string& s, Color color, int scale, bo
     auto at = [scale](int origin, float v) { return origin + static_cast<int>(std::lround(v * scale)); };
     if (vertical)  // font (fx, fy) -> picture (x + fy, y + w - fx): turned a quarter anticlockwise
       fill_rect({at(x, qy0), at(y, w - qx1), at(x, qy1), at(y, w - qx0)}, color);
-    else
-      fill_rect({at(x, qx0), at(y, qy0), at(x, qx1), at(y, qy1)}, color);
+    else fill_rect({at(x, qx0), at(y, qy0), at(x, qx1), at(y, qy1)}, color);
   });
 }
 
-int Canvas::text_width(const std::string& s, int scale) {
-  return stb_easy_font_width(printable(s).data()) * scale;
-}
+int Canvas::text_width(const std::string& s, int scale) { return stb_easy_font_width(printable(s).data()) * scale; }
 
 int Canvas::text_height(int scale) { return 10 * scale; }  // cap height 7, descenders to 10 font pixels
 
@@ -451,8 +447,7 @@ Rect plot_bars(const std::string& path, const BarChart& chart) {
   for (size_t g = 0; g < chart.groups.size(); ++g) {
     const BarGroup& group = chart.groups[g];
     HEADROOM_CHECK(group.values.size() == chart.categories.size(), "[plot_bars] ", path, ": group ", g, " (",
-                   group.name, ") has ", group.values.size(), " values for ", chart.categories.size(),
-                   " categories");
+                   group.name, ") has ", group.values.size(), " values for ", chart.categories.size(), " categories");
     all.insert(all.end(), group.values.begin(), group.values.end());
     names.push_back(group.name);
   }
@@ -462,8 +457,7 @@ Rect plot_bars(const std::string& path, const BarChart& chart) {
   const bool legend = chart.groups.size() > 1 || !chart.groups[0].name.empty();
 
   Canvas canvas(chart.width, chart.height);
-  const Frame frame{chart.title, chart.x_label, chart.y_label, tick_labels(y_axis),
-                    legend ? legend_width(names) : 0};
+  const Frame frame{chart.title, chart.x_label, chart.y_label, tick_labels(y_axis), legend ? legend_width(names) : 0};
   const Rect area = layout(canvas, frame, "plot_bars", path);
   draw_y_axis(canvas, area, y_axis);
   // Each category gets an equal slot; its bars fill the middle 80%, one per group.
@@ -490,8 +484,8 @@ Rect plot_bars(const std::string& path, const BarChart& chart) {
 // ---- Histograms -------------------------------------------------------------
 
 Rect plot_histograms(const std::string& path, const HistogramChart& chart) {
-  HEADROOM_CHECK(chart.bins >= 1 && chart.bins <= 10000, "[plot_histograms] ", path,
-                 ": bins must be 1..10000, got ", chart.bins);
+  HEADROOM_CHECK(chart.bins >= 1 && chart.bins <= 10000, "[plot_histograms] ", path, ": bins must be 1..10000, got ",
+                 chart.bins);
   HEADROOM_CHECK(!chart.series.empty(), "[plot_histograms] ", path, ": no series to plot");
   std::vector<double> all;
   std::vector<std::string> names;
@@ -532,8 +526,8 @@ Rect plot_histograms(const std::string& path, const HistogramChart& chart) {
   const Axis y_axis = linear_axis(0, tallest > 0 ? tallest : 1, true);
 
   Canvas canvas(chart.width, chart.height);
-  const Frame frame{chart.title, chart.x_label, chart.normalize ? "fraction of samples" : "count",
-                    tick_labels(y_axis), legend_width(names)};
+  const Frame frame{chart.title, chart.x_label, chart.normalize ? "fraction of samples" : "count", tick_labels(y_axis),
+                    legend_width(names)};
   const Rect area = layout(canvas, frame, "plot_histograms", path);
   draw_y_axis(canvas, area, y_axis);
   draw_x_axis(canvas, area, x_axis);
@@ -633,8 +627,7 @@ size_t display_width(const std::string& s) {
 
 }  // namespace
 
-std::string markdown_table(const std::vector<std::string>& header,
-                           const std::vector<std::vector<std::string>>& rows) {
+std::string markdown_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
   HEADROOM_CHECK(!header.empty(), "[markdown_table] the header has no columns");
   std::vector<std::vector<std::string>> lines{header};
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -653,7 +646,8 @@ std::string markdown_table(const std::vector<std::string>& header,
   std::string out;
   for (const auto& line : lines) {
     out += "|";
-    for (size_t c = 0; c < line.size(); ++c) out += " " + line[c] + std::string(widths[c] - display_width(line[c]), ' ') + " |";
+    for (size_t c = 0; c < line.size(); ++c)
+      out += " " + line[c] + std::string(widths[c] - display_width(line[c]), ' ') + " |";
     out += "\n";
   }
   return out;

@@ -136,7 +136,6 @@ Rect plot_heatmap(const std::string& path, const Heatmap& chart);
 //   | attn | loss |
 //   | ---- | ---- |
 //   | mha  | 2.31 |
-std::string markdown_table(const std::vector<std::string>& header,
-                           const std::vector<std::vector<std::string>>& rows);
+std::string markdown_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace headroom::examples

@@ -131,8 +131,13 @@ std::string format_duration(double seconds) {
 }
 
 Progress::Progress(int64_t start_step, int64_t total, std::string unit, int64_t every, bool show)
-    : start_step_(start_step), total_(total), every_(every > 0 ? every : 1), unit_(std::move(unit)), show_(show),
-      terminal_(isatty(STDOUT_FILENO) != 0), start_(Clock::now()) {}
+    : start_step_(start_step),
+      total_(total),
+      every_(every > 0 ? every : 1),
+      unit_(std::move(unit)),
+      show_(show),
+      terminal_(isatty(STDOUT_FILENO) != 0),
+      start_(Clock::now()) {}
 
 double Progress::training_seconds() const {
   return std::chrono::duration<double>(Clock::now() - start_).count() - excluded_;

@@ -118,8 +118,8 @@ void write_pmi_table(const std::string& run_dir, const RoutingRecorder& recorder
       }
       rows.push_back({std::to_string(l), std::to_string(e), std::to_string(recorder.count(l, e)), tokens});
     }
-  write_file_atomically(run_dir + "/pmi.md", markdown_table({"layer", "expert", "assignments", "top tokens by PMI"}, rows),
-                        "report");
+  write_file_atomically(run_dir + "/pmi.md",
+                        markdown_table({"layer", "expert", "assignments", "top tokens by PMI"}, rows), "report");
 }
 
 }  // namespace

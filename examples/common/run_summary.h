@@ -17,15 +17,15 @@ struct RunSummary {
   std::string attention;  // config.attention.type
   std::string options;    // the attention options, "key=value,..."
   uint64_t seed = 0;
-  Metrics eval;           // the final evaluation, quality metric(s) first
+  Metrics eval;  // the final evaluation, quality metric(s) first
   int64_t parameters = 0;
-  double macs_per_item = 0;   // forward MACs per token (per image for vit)
-  double active_heads = 1;    // active_head_fraction
+  double macs_per_item = 0;  // forward MACs per token (per image for vit)
+  double active_heads = 1;   // active_head_fraction
   double items_per_second = 0;
   size_t peak_bytes = 0;
   double seconds = 0;
   int64_t steps = 0;
-  bool interrupted = false;   // stopped by Ctrl-C (the binaries then exit with 130)
+  bool interrupted = false;                      // stopped by Ctrl-C (the binaries then exit with 130)
   double metric(const std::string& name) const;  // throws when absent
 };
 

@@ -60,8 +60,7 @@ std::string read_text_file(const std::string& path) {
   HEADROOM_CHECK(!text.empty(), "[read_text_file] ", path, ": the file is empty, expected some text");
   size_t bad = invalid_utf8_offset(text);
   HEADROOM_CHECK(bad == std::string::npos, "[read_text_file] ", path, ": invalid UTF-8 at byte offset ", bad,
-                 " (byte 0x", std::hex, static_cast<int>(static_cast<unsigned char>(text[bad])),
-                 ")");
+                 " (byte 0x", std::hex, static_cast<int>(static_cast<unsigned char>(text[bad])), ")");
   return text;
 }
 
@@ -71,10 +70,10 @@ TextSplit split_text(const std::string& text, double valid_fraction) {
   // A line starts at byte 0 < i < size when text[i - 1] is a newline.
   size_t target = static_cast<size_t>((1 - valid_fraction) * static_cast<double>(text.size()));
   size_t newline = text.find('\n', target > 0 ? target - 1 : 0);
-  if (newline == std::string::npos || newline + 1 >= text.size())  // no line starts after target:
+  if (newline == std::string::npos || newline + 1 >= text.size())        // no line starts after target:
     newline = text.rfind('\n', text.size() >= 2 ? text.size() - 2 : 0);  // the last line validates
-  HEADROOM_CHECK(newline != std::string::npos && newline + 1 < text.size(),
-                 "[split_text] the text (", text.size(), " bytes) has a single line; expected several to cut at a line boundary");
+  HEADROOM_CHECK(newline != std::string::npos && newline + 1 < text.size(), "[split_text] the text (", text.size(),
+                 " bytes) has a single line; expected several to cut at a line boundary");
   return {text.substr(0, newline + 1), text.substr(newline + 1)};
 }
 

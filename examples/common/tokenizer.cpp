@@ -223,7 +223,10 @@ size_t utf8_length(const std::string& bytes, size_t i) {
   auto at = [&](size_t k) { return static_cast<unsigned char>(bytes[k]); };
   unsigned char lead = at(i);
   if (lead < 0x80) return 1;
-  size_t length = lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3 : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
+  size_t length = lead >= 0xC2 && lead <= 0xDF   ? 2
+                  : lead >= 0xE0 && lead <= 0xEF ? 3
+                  : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                 : 0;
   if (length == 0 || i + length > bytes.size()) return 0;
   // The second byte's range rules out overlong forms, surrogates and > U+10FFFF.
   unsigned char low = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;
@@ -345,8 +348,8 @@ Tokenizer Tokenizer::from_text(const std::string& text) {
   std::vector<std::string> lines = split(text, '\n');
   if (lines.size() > 1 && lines.back().empty()) lines.pop_back();  // the final newline
   const std::string header = kTextHeader;
-  HEADROOM_CHECK(lines[0].compare(0, header.size(), header) == 0, "[Tokenizer::from_text] line 1: expected '",
-                 header, "<merges>', got '", lines[0].substr(0, 40), "'");
+  HEADROOM_CHECK(lines[0].compare(0, header.size(), header) == 0, "[Tokenizer::from_text] line 1: expected '", header,
+                 "<merges>', got '", lines[0].substr(0, 40), "'");
   int64_t merges = parse_integer(lines[0].substr(header.size()), 1);
   HEADROOM_CHECK(static_cast<int64_t>(lines.size()) - 1 == merges, "[Tokenizer::from_text] the header announces ",
                  merges, " merges but ", lines.size() - 1, " lines follow");
@@ -368,8 +371,8 @@ Tokenizer Tokenizer::from_text(const std::string& text) {
 }
 
 std::string Tokenizer::describe_token(int32_t id) const {
-  HEADROOM_CHECK(id >= 0 && id < vocab_size(), "[Tokenizer::describe_token] id ", id,
-                 " is outside the vocabulary [0, ", vocab_size(), ")");
+  HEADROOM_CHECK(id >= 0 && id < vocab_size(), "[Tokenizer::describe_token] id ", id, " is outside the vocabulary [0, ",
+                 vocab_size(), ")");
   if (id == kPad) return "<pad>";
   if (id == kBos) return "<bos>";
   if (id == kEos) return "<eos>";

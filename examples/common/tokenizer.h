@@ -28,8 +28,8 @@ namespace headroom::examples {
 class Tokenizer {
  public:
   static constexpr int32_t kPad = 0, kBos = 1, kEos = 2;
-  static constexpr int32_t kFirstByte = 3;      // id of byte 0x00
-  static constexpr int32_t kFirstMerge = 259;   // id of the first learned merge
+  static constexpr int32_t kFirstByte = 3;     // id of byte 0x00
+  static constexpr int32_t kFirstMerge = 259;  // id of the first learned merge
 
   // The plain byte-level tokenizer (no merges).
   Tokenizer();
@@ -68,7 +68,7 @@ class Tokenizer {
   void add_merge(int32_t left, int32_t right);
   std::vector<int32_t> encode_piece(const std::string& piece) const;
 
-  std::vector<std::pair<int32_t, int32_t>> merges_;  // merge k makes id kFirstMerge + k
+  std::vector<std::pair<int32_t, int32_t>> merges_;   // merge k makes id kFirstMerge + k
   std::unordered_map<uint64_t, int32_t> merge_rank_;  // pair key -> k
   std::vector<std::string> token_bytes_;              // id -> bytes ("" for specials)
   std::shared_ptr<PieceCache> cache_;                 // shared by copies (same merges)

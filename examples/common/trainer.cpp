@@ -47,8 +47,8 @@ class Optimization {
       BCDOptions bcd;
       bcd.warm_start_updates = o.bcd_warm, bcd.f_updates = o.bcd_f, bcd.g_updates = o.bcd_g;
       bcd.training = o.mae_joint ? BCDOptions::Training::joint : BCDOptions::Training::bcd;
-      auto experts = std::make_shared<AdamW>(expert_parameters(model, mae_layers), o.lr, 0.9, 0.999, 1e-8,
-                                             o.weight_decay);
+      auto experts =
+          std::make_shared<AdamW>(expert_parameters(model, mae_layers), o.lr, 0.9, 0.999, 1e-8, o.weight_decay);
       auto gates = std::make_shared<AdamW>(gate_parameters(mae_layers), gate_lr(), 0.9, 0.999, 1e-8, 0.0);
       bcd_ = std::make_unique<BlockCoordinateDescent>(mae_layers, experts, gates, bcd);
     } else {
@@ -190,13 +190,12 @@ void log_eval(JsonlLog& log, int64_t step, const Metrics& metrics, bool quiet) {
 // The stop for a NaN or infinite loss or gradient: nothing of this step is
 // applied or saved, so the last checkpoint stays the last good state.
 void check_finite(double value, const char* what, int64_t step, const TrainOptions& o) {
-  HEADROOM_CHECK(std::isfinite(value), "[train] the ", what, " is ", value, " at step ", step,
-                 "; training stopped", o.ckpt_dir.empty() ? "" : " and the last good checkpoint in ",
-                 o.ckpt_dir.empty() ? "" : o.ckpt_dir, o.ckpt_dir.empty() ? "" : " is kept");
+  HEADROOM_CHECK(std::isfinite(value), "[train] the ", what, " is ", value, " at step ", step, "; training stopped",
+                 o.ckpt_dir.empty() ? "" : " and the last good checkpoint in ", o.ckpt_dir.empty() ? "" : o.ckpt_dir,
+                 o.ckpt_dir.empty() ? "" : " is kept");
 }
 
-void run_steps(TrainTask& task, Optimization& optimization, const TrainOptions& o, JsonlLog& log,
-               TrainResult& result) {
+void run_steps(TrainTask& task, Optimization& optimization, const TrainOptions& o, JsonlLog& log, TrainResult& result) {
   WarmupCosine schedule{o.warmup, o.steps, o.min_lr_ratio};
   Progress progress(result.first_step, o.steps, task.unit(), o.log_every, !o.quiet);
   InterruptScope interrupt_scope;
@@ -213,8 +212,8 @@ void run_steps(TrainTask& task, Optimization& optimization, const TrainOptions& 
     check_finite(optimization.finish(lr_factor), "gradient norm", step, o);
     result.train_loss.push_back(out.task_loss);
     result.last_step = step + 1;
-    std::vector<JsonField> fields{{"type", std::string("train")}, {"step", step + 1}, {"loss", out.task_loss},
-                                  {"lr", o.lr * lr_factor}};
+    std::vector<JsonField> fields{
+        {"type", std::string("train")}, {"step", step + 1}, {"loss", out.task_loss}, {"lr", o.lr * lr_factor}};
     if (!optimization.block(step).empty()) fields.emplace_back("block", optimization.block(step));
     log.write(fields);
     progress.update(step + 1, {{"loss", out.task_loss}, {"lr", o.lr * lr_factor}}, out.items);
@@ -287,10 +286,10 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
 Device training_device(const std::string& name) {
   const Device device = Device::parse(name);
   if (device.is_cpu()) return device;
-  HEADROOM_CHECK(device_count(device.kind) > 0, "[train] --device ", name, " is not available: ",
-                 device_summary(device.kind));
-  HEADROOM_CHECK(device.index < device_count(device.kind), "[train] --device ", name, " does not exist: ",
-                 device_summary(device.kind));
+  HEADROOM_CHECK(device_count(device.kind) > 0, "[train] --device ", name,
+                 " is not available: ", device_summary(device.kind));
+  HEADROOM_CHECK(device.index < device_count(device.kind), "[train] --device ", name,
+                 " does not exist: ", device_summary(device.kind));
   return device;
 }
 
@@ -302,7 +301,8 @@ std::string run_config_table(const Flags& flags, const TrainOptions& options) {
 
 TrainResult train(TrainTask& task, const TrainOptions& o) {
   HEADROOM_CHECK(o.steps > 0, "[train] --steps must be positive, got ", o.steps);
-  HEADROOM_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[train] --warmup ", o.warmup, " must be below --steps ", o.steps);
+  HEADROOM_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[train] --warmup ", o.warmup, " must be below --steps ",
+                 o.steps);
   HEADROOM_CHECK(!(o.resume || o.eval_only) || !o.ckpt_dir.empty(), "[train] --resume and --eval-only need --ckpt DIR");
   const Device device = training_device(o.device);
   set_allow_tf32(o.tf32);

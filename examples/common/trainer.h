@@ -39,27 +39,27 @@ namespace headroom::examples {
 
 struct TrainOptions {
   int64_t steps = 1000;
-  int64_t warmup = 100;          // linear warm-up steps, then cosine decay to min_lr_ratio · lr
+  int64_t warmup = 100;  // linear warm-up steps, then cosine decay to min_lr_ratio · lr
   double lr = 1e-3;
   double min_lr_ratio = 0.1;
-  double weight_decay = 0.01;    // AdamW, decoupled
-  double clip = 1.0;             // global gradient-norm clip (0: none)
-  double gate_lr = 0;            // MAE gate learning rate under BCD (0: same as lr)
-  int64_t bcd_warm = 0;          // MAE: plain-MHA updates before the first BCD block
-  int64_t bcd_f = 100;           // MAE: expert (F) updates per block
-  int64_t bcd_g = 100;           // MAE: gate (G) updates per block
-  bool mae_joint = false;        // MAE: joint training instead of BCD (the NoBCD ablation)
-  int64_t eval_every = 250;      // 0: only at the end
-  int64_t ckpt_every = 500;      // with --ckpt; also at the end and on Ctrl-C
-  int64_t log_every = 10;        // progress lines when stdout is not a terminal
-  std::string ckpt_dir;          // empty: no checkpoints
-  bool resume = false;           // continue from ckpt_dir/checkpoint.safetensors
-  bool eval_only = false;        // load the checkpoint, evaluate, stop
+  double weight_decay = 0.01;  // AdamW, decoupled
+  double clip = 1.0;           // global gradient-norm clip (0: none)
+  double gate_lr = 0;          // MAE gate learning rate under BCD (0: same as lr)
+  int64_t bcd_warm = 0;        // MAE: plain-MHA updates before the first BCD block
+  int64_t bcd_f = 100;         // MAE: expert (F) updates per block
+  int64_t bcd_g = 100;         // MAE: gate (G) updates per block
+  bool mae_joint = false;      // MAE: joint training instead of BCD (the NoBCD ablation)
+  int64_t eval_every = 250;    // 0: only at the end
+  int64_t ckpt_every = 500;    // with --ckpt; also at the end and on Ctrl-C
+  int64_t log_every = 10;      // progress lines when stdout is not a terminal
+  std::string ckpt_dir;        // empty: no checkpoints
+  bool resume = false;         // continue from ckpt_dir/checkpoint.safetensors
+  bool eval_only = false;      // load the checkpoint, evaluate, stop
   uint64_t seed = 1;
-  int threads = 0;               // 0: HEADROOM_NUM_THREADS or all cores
-  std::string device = "cpu";    // cpu, cuda or cuda:N: the model and every batch go there
-  bool tf32 = false;             // CUDA: TF32 tensor-core matmuls (faster, ~1e-3 relative error)
-  bool quiet = false;            // no progress lines (compare runs many models)
+  int threads = 0;             // 0: HEADROOM_NUM_THREADS or all cores
+  std::string device = "cpu";  // cpu, cuda or cuda:N: the model and every batch go there
+  bool tf32 = false;           // CUDA: TF32 tensor-core matmuls (faster, ~1e-3 relative error)
+  bool quiet = false;          // no progress lines (compare runs many models)
 };
 
 // The flags every binary shares: --steps --warmup --lr --min-lr-ratio
@@ -80,9 +80,9 @@ using Metrics = std::vector<std::pair<std::string, double>>;
 
 // What one training step's forward produced.
 struct StepOutput {
-  Tensor loss;        // scalar the loop differentiates (task loss + aux losses)
-  double task_loss;   // the task's own loss (nats per target), for logs
-  int64_t items;      // tokens or images in the batch, for throughput
+  Tensor loss;       // scalar the loop differentiates (task loss + aux losses)
+  double task_loss;  // the task's own loss (nats per target), for logs
+  int64_t items;     // tokens or images in the batch, for throughput
 };
 
 class TrainTask {
@@ -128,13 +128,13 @@ class ModelTask : public TrainTask {
 };
 
 struct TrainResult {
-  int64_t first_step = 0, last_step = 0;   // steps run in this call: (first_step, last_step]
-  bool interrupted = false;                // stopped by Ctrl-C (a checkpoint was written when --ckpt)
-  Metrics eval;                            // the last evaluation
-  std::vector<double> train_loss;          // task loss of every step run in this call
-  double items_per_second = 0;             // training throughput of this call
+  int64_t first_step = 0, last_step = 0;  // steps run in this call: (first_step, last_step]
+  bool interrupted = false;               // stopped by Ctrl-C (a checkpoint was written when --ckpt)
+  Metrics eval;                           // the last evaluation
+  std::vector<double> train_loss;         // task loss of every step run in this call
+  double items_per_second = 0;            // training throughput of this call
   double seconds = 0;
-  size_t peak_bytes = 0;                   // peak tensor memory during training, on the run's device
+  size_t peak_bytes = 0;  // peak tensor memory during training, on the run's device
 };
 
 // Moves the task's model to options.device first (its optimizer state lives

@@ -34,7 +34,8 @@ ImageSplits load_images(const VitOptions& vit, uint64_t seed) {
     return splits;
   }
   const std::string& d = vit.data;
-  splits.train = load_idx_dataset(d + "/train-images-idx3-ubyte", d + "/train-labels-idx1-ubyte", fashion_mnist_classes());
+  splits.train =
+      load_idx_dataset(d + "/train-images-idx3-ubyte", d + "/train-labels-idx1-ubyte", fashion_mnist_classes());
   splits.test = load_idx_dataset(d + "/t10k-images-idx3-ubyte", d + "/t10k-labels-idx1-ubyte", fashion_mnist_classes());
   splits.valid = split_off(splits.train, double(vit.valid_images) / double(splits.train.images.size(0)), seed + 2);
   return splits;
@@ -118,11 +119,13 @@ class VitTask : public ModelTask<ViT> {
       shuffle.set_state(shuffle.seed(), uint64_t(epoch) * uint64_t(n));
       permutation_.resize(size_t(n));
       for (int64_t i = 0; i < n; ++i) permutation_[size_t(i)] = int32_t(i);
-      for (int64_t i = n - 1; i > 0; --i) std::swap(permutation_[size_t(i)], permutation_[size_t(shuffle.next_int(i + 1))]);
+      for (int64_t i = n - 1; i > 0; --i)
+        std::swap(permutation_[size_t(i)], permutation_[size_t(shuffle.next_int(i + 1))]);
       permutation_epoch_ = epoch;
     }
     const int64_t first = (step % per_epoch) * vit_.batch, count = std::min(vit_.batch, n - first);
-    return Tensor::from_vector(std::vector<int32_t>(permutation_.begin() + first, permutation_.begin() + first + count));
+    return Tensor::from_vector(
+        std::vector<int32_t>(permutation_.begin() + first, permutation_.begin() + first + count));
   }
 
   // Splits a batch's routing statistics by the images' classes.  Rows of
@@ -211,11 +214,11 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
               confusion_text(test.confusion, data.test.class_names).c_str());
   result.eval.emplace_back("test_accuracy", test.accuracy);
   if (!o.ckpt_dir.empty() && !o.eval_only) {
-    write_file_atomically(o.ckpt_dir + "/confusion.csv", confusion_text(test.confusion, data.test.class_names), "train_vit");
+    write_file_atomically(o.ckpt_dir + "/confusion.csv", confusion_text(test.confusion, data.test.class_names),
+                          "train_vit");
     write_curve_plots(o.ckpt_dir, "accuracy");
     plot_confusion(o.ckpt_dir + "/confusion.png", test.confusion, data.test.class_names);
-    if (task.config().attention.type != "mha")
-      write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names);
+    if (task.config().attention.type != "mha") write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names);
   }
   return summarize("vit", task.model(), task.config(), o, result, double(task.typed_model().forward_macs()));
 }

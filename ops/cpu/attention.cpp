@@ -23,15 +23,15 @@ template <typename T>
 constexpr T kInf = std::numeric_limits<T>::infinity();
 
 // C[m, n] = alpha * op(A) * op(B) + beta * C, row-major, on the calling thread.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
+              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+          const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
+              int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
 // Number of keys [0, n) that query position `pos` may see under the causal mask.
@@ -45,9 +45,9 @@ template <typename T>
 struct Tile {
   int64_t row0 = 0, rows = 0;  // rows [row0, row0 + rows) of q
   int64_t batch = 0, head = 0;
-  const T* k = nullptr;        // [S, d_h] keys of the tile's K/V sequence, rows p.kv_strides[2] apart
-  const T* v = nullptr;        // [S, d_h], the same layout
-  int64_t num_keys = 0;        // keys [0, num_keys) are visible to at least its last row
+  const T* k = nullptr;  // [S, d_h] keys of the tile's K/V sequence, rows p.kv_strides[2] apart
+  const T* v = nullptr;  // [S, d_h], the same layout
+  int64_t num_keys = 0;  // keys [0, num_keys) are visible to at least its last row
 };
 
 template <typename T>
@@ -121,8 +121,7 @@ void store_rows(const AttentionProblem& p, const Tile<T>& tile, const T* rows, T
 // hidden from the row (after its causal limit, or padded).  q_rows: the
 // tile's queries, [rows, d_h].
 template <typename T>
-void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q_rows, int64_t s0, int64_t n,
-                   T* scores) {
+void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q_rows, int64_t s0, int64_t n, T* scores) {
   const int64_t d = p.d_h, ld = p.kv_strides[2];
   gemm(false, true, tile.rows, n, d, T(p.scale), q_rows, d, tile.k + s0 * ld, ld, T(0), scores, n);
   const uint8_t* padded = p.key_padding ? p.key_padding + tile.batch * p.num_keys + s0 : nullptr;
@@ -190,8 +189,8 @@ Tile<T> rows_seeing(const AttentionProblem& p, const Tile<T>& tile, int64_t s0) 
 }
 
 template <typename T>
-HEADROOM_CPU_CLONES void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out,
-                                      T* lse, Scratch<T>& s) {
+HEADROOM_CPU_CLONES void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out, T* lse,
+                                      Scratch<T>& s) {
   const int64_t d = p.d_h, m = tile.rows, ld = p.kv_strides[2];
   const T* q_tile = load_rows(p, tile, q, s.rows_in.data());  // [m, d]
   T* acc = output_rows(p, tile, out, s.rows_out.data());      // [m, d]: the output rows accumulate here
@@ -202,7 +201,7 @@ HEADROOM_CPU_CLONES void forward_tile(const AttentionProblem& p, const Tile<T>& 
     const int64_t n = std::min(kKeyBlock, tile.num_keys - s0);
     const Tile<T> live = rows_seeing(p, tile, s0);
     const int64_t first = live.row0 - tile.row0;  // live rows are tile rows [first, m)
-    T* probs = s.scores.data();  // [live.rows, n]
+    T* probs = s.scores.data();                   // [live.rows, n]
     masked_scores(p, live, q_tile + first * d, s0, n, probs);
     for (int64_t i = 0; i < live.rows; ++i)
       online_softmax_row(probs + i * n, n, s.row_max[first + i], s.row_sum[first + i], acc + (first + i) * d, d);
@@ -223,9 +222,9 @@ template <typename T>
 HEADROOM_CPU_CLONES void backward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, const T* out,
                                        const T* lse, const T* dout, T* dq, T* dk, T* dv, Scratch<T>& s) {
   const int64_t d = p.d_h, m = tile.rows, ld = p.kv_strides[2];
-  const T* q_tile = load_rows(p, tile, q, s.rows_in.data());              // [m, d]
+  const T* q_tile = load_rows(p, tile, q, s.rows_in.data());             // [m, d]
   const T* dout_tile = load_rows(p, tile, dout, s.grad_rows_in.data());  // [m, d]
-  T* dq_tile = output_rows(p, tile, dq, s.rows_out.data());             // [m, d]
+  T* dq_tile = output_rows(p, tile, dq, s.rows_out.data());              // [m, d]
   std::fill(dq_tile, dq_tile + m * d, T(0));
   T* row_dot = s.row_sum.data();  // D = rowsum(dO ∘ O)  [m]
   for (int64_t i = 0; i < m; ++i) {
@@ -238,14 +237,14 @@ HEADROOM_CPU_CLONES void backward_tile(const AttentionProblem& p, const Tile<T>&
     const int64_t n = std::min(kKeyBlock, tile.num_keys - s0);
     const Tile<T> live = rows_seeing(p, tile, s0);
     const int64_t rows = live.rows, first = live.row0 - tile.row0;  // live rows are tile rows [first, m)
-    const T* q_live = q_tile + first * d;  // [rows, d]
+    const T* q_live = q_tile + first * d;                           // [rows, d]
     const T* dout_live = dout_tile + first * d;
     T* probs = s.scores.data();        // P  [rows, n]
     T* dprobs = s.grad_scores.data();  // dP, then dS  [rows, n]
     masked_scores(p, live, q_live, s0, n, probs);
     for (int64_t i = 0; i < rows; ++i) exp_shifted(probs + i * n, n, lse[caller_row(p, live.row0 + i)]);
     gemm(false, true, rows, n, d, T(1), dout_live, d, tile.v + s0 * ld, ld, T(0), dprobs, n);  // dO·Vᵀ
-    const T* kept_probs = probs;  // P after dropout
+    const T* kept_probs = probs;                                                               // P after dropout
     if (p.dropout > 0) {
       apply_dropout(p, live, s0, n, probs, s.dropped.data());
       apply_dropout(p, live, s0, n, dprobs, dprobs);  // the gradient of P passes the same mask
@@ -290,8 +289,8 @@ void attention_forward(const AttentionProblem& p, const T* q, const T* k, const 
 }
 
 template <typename T>
-void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
-                        const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out, const T* lse,
+                        const T* dout, T* dq, T* dk, T* dv) {
   // A work item owns the dK/dV slice its groups write: one group (b, head)
   // when every head has its own K/V; every group of batch b, in group order,
   // when all heads share K/V head 0 (no per-head partials to zero and sum).
@@ -328,14 +327,13 @@ void attention_backward(const AttentionProblem& p, const T* q, const T* k, const
   }
 }
 
-template void attention_forward<float>(const AttentionProblem&, const float*, const float*, const float*,
-                                       float*, float*);
-template void attention_forward<double>(const AttentionProblem&, const double*, const double*,
-                                        const double*, double*, double*);
-template void attention_backward<float>(const AttentionProblem&, const float*, const float*, const float*,
-                                        const float*, const float*, const float*, float*, float*, float*);
-template void attention_backward<double>(const AttentionProblem&, const double*, const double*,
-                                         const double*, const double*, const double*, const double*,
-                                         double*, double*, double*);
+template void attention_forward<float>(const AttentionProblem&, const float*, const float*, const float*, float*,
+                                       float*);
+template void attention_forward<double>(const AttentionProblem&, const double*, const double*, const double*, double*,
+                                        double*);
+template void attention_backward<float>(const AttentionProblem&, const float*, const float*, const float*, const float*,
+                                        const float*, const float*, float*, float*, float*);
+template void attention_backward<double>(const AttentionProblem&, const double*, const double*, const double*,
+                                         const double*, const double*, const double*, double*, double*, double*);
 
 }  // namespace headroom::cpu

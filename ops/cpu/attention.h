@@ -44,7 +44,7 @@ void attention_forward(const AttentionProblem& p, const T* q, const T* k, const 
 
 // dout [R, d_h] → dq [R, d_h], dk, dv [B, h_kv, S, d_h] (contiguous, fully overwritten).
 template <typename T>
-void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
-                        const T* lse, const T* dout, T* dq, T* dk, T* dv);
+void attention_backward(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out, const T* lse,
+                        const T* dout, T* dq, T* dk, T* dv);
 
 }  // namespace headroom::cpu

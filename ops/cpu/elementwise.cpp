@@ -46,8 +46,7 @@ int64_t row_offset(int64_t row, const Shape& shape, const Strides& strides) {
 //   General path: rows along the last dimension; each row finds its operands'
 //   start offsets from its index, so rows are independent work for threads.
 template <typename Out, typename... In, typename Fn, size_t... K>
-void map_impl(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>& in,
-              std::index_sequence<K...>) {
+void map_impl(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>& in, std::index_sequence<K...>) {
   constexpr size_t N = sizeof...(In);
   Out* o = out.data<Out>();
   const std::tuple<const In*...> base{in[K].template data<In>()...};
@@ -68,8 +67,7 @@ void map_impl(Fn fn, const Tensor& out, const std::array<Tensor, sizeof...(In)>&
   parallel_for(rows, n >= kParallelMin, [&](int64_t r) {
     const std::array<int64_t, N> start{row_offset(r, shape, strides[K])...};
     Out* out_row = o + row_offset(r, shape, out.strides());
-    for (int64_t c = 0; c < cols; ++c)
-      out_row[c * out_step] = fn(std::get<K>(base)[start[K] + c * col_stride[K]]...);
+    for (int64_t c = 0; c < cols; ++c) out_row[c * out_step] = fn(std::get<K>(base)[start[K] + c * col_stride[K]]...);
   });
 }
 
@@ -91,8 +89,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   });
 }
 
-void binary_grad(BinaryOp op, int wrt, const Tensor& a, const Tensor& b, const Tensor& g,
-                 const Tensor& grad) {
+void binary_grad(BinaryOp op, int wrt, const Tensor& a, const Tensor& b, const Tensor& g, const Tensor& grad) {
   with_binary(op, [&](auto f) {
     dispatch_floating(grad.dtype(), [&](auto zero) {
       using T = decltype(zero);

@@ -22,8 +22,7 @@ using kernels::UnaryOp;
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 // grad = g * d op(a, b) / d input `wrt` (0: a, 1: b), at the broadcast shape of out.
 // The caller sums it back to the input's shape.
-void binary_grad(BinaryOp op, int wrt, const Tensor& a, const Tensor& b, const Tensor& g,
-                 const Tensor& grad);
+void binary_grad(BinaryOp op, int wrt, const Tensor& a, const Tensor& b, const Tensor& g, const Tensor& grad);
 
 // out = op(x);  grad = g * op'(x).  All of one shape.
 void unary(UnaryOp op, UnaryArgs args, const Tensor& x, const Tensor& out);

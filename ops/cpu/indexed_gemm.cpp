@@ -103,7 +103,7 @@ void row_tile(const IndexedRows<T>& p, int64_t i0, int64_t count, const T* b, in
   for (int64_t i = 0; i < kTileRows; ++i) a[i] = a_row(p, i0 + (i < count ? i : 0));
   register_tile<T>(
       depth, [&](int64_t i, int64_t kk) { return a[i][kk]; }, [&](int64_t kk) { return b + kk * width + j0; },
-      [&](const Vec<T> (&acc)[kTileRows][2]) {
+      [&](const Vec<T>(&acc)[kTileRows][2]) {
         // A loop of constant length, so that the accumulators stay in registers.
         for (int64_t i = 0; i < kTileRows; ++i) {
           if (i >= count) break;
@@ -153,7 +153,7 @@ void depth_tile(const DepthRows<T>& a, const T* b_panel, int64_t d0, int64_t blo
   register_tile<T>(
       block, [&](int64_t i, int64_t kk) { return depth_row(a.data, a.ld, a.rows, d0 + kk)[first + i]; },
       [&](int64_t kk) { return b_panel + kk * panel; },
-      [&](const Vec<T> (&acc)[kTileRows][2]) {
+      [&](const Vec<T>(&acc)[kTileRows][2]) {
         for (int64_t i = i0 - first; i < kTileRows; ++i)
           for (int64_t half = 0; half < 2; ++half) {
             T* to = c + (first + i) * ldc + j0 + half * lanes;
@@ -224,8 +224,7 @@ HEADROOM_CPU_CLONES void indexed_gemm_tn(const DepthRows<T>& a, const DepthRows<
         const T* from = depth_row(b.data, b.ld, b.rows, d0 + kk) + j0;
         std::copy(from, from + panel, b_panel + kk * panel);
       }
-      for (int64_t i0 = 0; i0 < rows; i0 += kTileRows)
-        depth_tile(a, b_panel, d0, block, rows, i0, j0, c, ldc);
+      for (int64_t i0 = 0; i0 < rows; i0 += kTileRows) depth_tile(a, b_panel, d0, block, rows, i0, j0, c, ldc);
     }
   }
   if (whole < width) scalar_columns(whole);

@@ -20,26 +20,24 @@ int blas_int(int64_t value) {
   return static_cast<int>(value);
 }
 
-CBLAS_TRANSPOSE blas_trans(const MatrixLayout& layout) {
-  return layout.transposed ? CblasTrans : CblasNoTrans;
-}
+CBLAS_TRANSPOSE blas_trans(const MatrixLayout& layout) { return layout.transposed ? CblasTrans : CblasNoTrans; }
 
 // c = a · b + beta · c, one overload per dtype; c's rows are ldc apart.
-void blas_gemm(const MatrixLayout& la, const MatrixLayout& lb, int m, int n, int k, const float* a,
-               const float* b, float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, blas_trans(la), blas_trans(lb), m, n, k, 1.0f, a, blas_int(la.ld), b,
-              blas_int(lb.ld), beta, c, ldc);
+void blas_gemm(const MatrixLayout& la, const MatrixLayout& lb, int m, int n, int k, const float* a, const float* b,
+               float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, blas_trans(la), blas_trans(lb), m, n, k, 1.0f, a, blas_int(la.ld), b, blas_int(lb.ld),
+              beta, c, ldc);
 }
-void blas_gemm(const MatrixLayout& la, const MatrixLayout& lb, int m, int n, int k, const double* a,
-               const double* b, double beta, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, blas_trans(la), blas_trans(lb), m, n, k, 1.0, a, blas_int(la.ld), b,
-              blas_int(lb.ld), beta, c, ldc);
+void blas_gemm(const MatrixLayout& la, const MatrixLayout& lb, int m, int n, int k, const double* a, const double* b,
+               double beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, blas_trans(la), blas_trans(lb), m, n, k, 1.0, a, blas_int(la.ld), b, blas_int(lb.ld), beta,
+              c, ldc);
 }
 
 // One matrix: c = a · b (+ bias on every row).   a: [m, k]   b: [k, n]   c: [m, n], rows ldc apart
 template <typename T>
-void gemm_one(int64_t m, int64_t n, int64_t k, const T* a, const MatrixLayout& la, const T* b,
-              const MatrixLayout& lb, const T* bias, T* c, int64_t ldc) {
+void gemm_one(int64_t m, int64_t n, int64_t k, const T* a, const MatrixLayout& la, const T* b, const MatrixLayout& lb,
+              const T* bias, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   T beta = 0;
   if (bias) {  // start c at the bias and let the GEMM accumulate onto it (beta = 1)
@@ -72,8 +70,8 @@ constexpr int64_t kMinSplitMultiplyAdds = int64_t(1) << 18;
 }  // namespace
 
 template <typename T>
-void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, const MatrixStack<T>& b,
-                  const T* bias, T* c) {
+void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, const MatrixStack<T>& b, const T* bias,
+                  T* c) {
   const int64_t batch = static_cast<int64_t>(a.offsets.size());
   const int threads = num_threads();
   // Parts per matrix: enough for every thread to hold one.  Our own bands of
@@ -83,8 +81,8 @@ void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, cons
   const int64_t parts = m * n * k < kMinSplitMultiplyAdds ? 1 : (threads + batch - 1) / batch;
   auto item = [&](int64_t i) {
     const int64_t matrix = i / parts;
-    gemm_part(i % parts, parts, m, n, k, a.data + a.offsets[matrix], a.layout, b.data + b.offsets[matrix],
-              b.layout, bias, c + matrix * m * n);
+    gemm_part(i % parts, parts, m, n, k, a.data + a.offsets[matrix], a.layout, b.data + b.offsets[matrix], b.layout,
+              bias, c + matrix * m * n);
   };
   const int64_t items = batch * parts;
   if (omp_in_parallel() || threads == 1 || items == 1) {  // inside the caller's region: stay on its thread
@@ -103,10 +101,10 @@ void sum_rows(const T* g, int64_t rows, int64_t cols, T* out) {
     for (int64_t j = 0; j < cols; ++j) out[j] += g[i * cols + j];
 }
 
-template void batched_gemm<float>(int64_t, int64_t, int64_t, const MatrixStack<float>&,
-                                  const MatrixStack<float>&, const float*, float*);
-template void batched_gemm<double>(int64_t, int64_t, int64_t, const MatrixStack<double>&,
-                                   const MatrixStack<double>&, const double*, double*);
+template void batched_gemm<float>(int64_t, int64_t, int64_t, const MatrixStack<float>&, const MatrixStack<float>&,
+                                  const float*, float*);
+template void batched_gemm<double>(int64_t, int64_t, int64_t, const MatrixStack<double>&, const MatrixStack<double>&,
+                                   const double*, double*);
 template void sum_rows<float>(const float*, int64_t, int64_t, float*);
 template void sum_rows<double>(const double*, int64_t, int64_t, double*);
 

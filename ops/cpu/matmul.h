@@ -19,8 +19,8 @@ using kernels::MatrixStack;
 // OpenBLAS call.  Called inside an OpenMP parallel region, it runs on the
 // calling thread.
 template <typename T>
-void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, const MatrixStack<T>& b,
-                  const T* bias, T* c);
+void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, const MatrixStack<T>& b, const T* bias,
+                  T* c);
 
 // out[j] = sum over i of g[i, j].   g: [rows, cols] contiguous   out: [cols]
 template <typename T>

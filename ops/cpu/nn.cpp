@@ -19,7 +19,9 @@ template <typename T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
 template <typename T>
-T row_max(const T* x, int64_t n) { return max_of(x, n, kNegInf<T>); }
+T row_max(const T* x, int64_t n) {
+  return max_of(x, n, kNegInf<T>);
+}
 
 // log(sum(exp(x))), shifted by the row max so that exp never overflows.
 // -inf for a row of all -inf.
@@ -90,8 +92,8 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, b
 // ---- layer_norm / rms_norm -------------------------------------------------
 
 template <typename T>
-void norm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t rows,
-                  int64_t d, double eps, bool center) {
+void norm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t rows, int64_t d,
+                  double eps, bool center) {
   parallel_for(rows, rows * d > kParallelMin, [&](int64_t r) {
     const T* xr = x + r * d;  // [d]
     T* yr = y + r * d;
@@ -121,8 +123,7 @@ namespace {
 //   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
 // (rms_norm drops the mean(gw) term, as its forward subtracts no mean).
 template <typename T>
-void norm_backward_row(const T* xr, const T* weight, T mu, T inv_std, const T* gr, T* dr, int64_t d,
-                       bool center) {
+void norm_backward_row(const T* xr, const T* weight, T mu, T inv_std, const T* gr, T* dr, int64_t d, bool center) {
   T gw_sum = 0, gw_xhat_sum = 0;
 #pragma omp simd reduction(+ : gw_sum, gw_xhat_sum)
   for (int64_t i = 0; i < d; ++i) {
@@ -144,8 +145,8 @@ constexpr int64_t kColumnBlock = 64;
 }  // namespace
 
 template <typename T>
-void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, const T* dy, T* dx,
-                   T* dweight, T* dbias, int64_t rows, int64_t d, bool center) {
+void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, const T* dy, T* dx, T* dweight, T* dbias,
+                   int64_t rows, int64_t d, bool center) {
   if (dx) {
     parallel_for(rows, rows * d > kParallelMin, [&](int64_t r) {
       norm_backward_row(x + r * d, weight, mean[r], rstd[r], dy + r * d, dx + r * d, d, center);
@@ -206,8 +207,8 @@ void embedding_backward(const int32_t* indices, const T* dy, T* dweight, int64_t
 // ---- cross_entropy ----------------------------------------------------------
 
 template <typename T>
-void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* row_loss, int64_t rows,
-                           int64_t classes, int64_t ignore_index, double smoothing) {
+void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* row_loss, int64_t rows, int64_t classes,
+                           int64_t ignore_index, double smoothing) {
   const T s = T(smoothing);
   parallel_for(rows, rows * classes > kParallelMin, [&](int64_t r) {
     const T* xr = logits + r * classes;  // [classes]
@@ -245,20 +246,18 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const T* ls
 
 // ---- instantiations ----------------------------------------------------------
 
-#define HEADROOM_NN_KERNELS(T)                                                                     \
-  template void softmax_forward<T>(const T*, T*, int64_t, int64_t, bool);                         \
-  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, bool);              \
-  template void norm_forward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, double, \
-                                bool);                                                             \
-  template void norm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,    \
-                                 int64_t, int64_t, bool);                                          \
-  template void dropout_apply<T>(const T*, T*, int64_t, uint64_t, uint64_t, double, T);           \
-  template void embedding_forward<T>(const T*, const int32_t*, T*, int64_t, int64_t);             \
-  template void embedding_backward<T>(const int32_t*, const T*, T*, int64_t, int64_t);            \
-  template void cross_entropy_forward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t,      \
-                                         int64_t, double);                                         \
-  template void cross_entropy_backward<T>(const T*, const int32_t*, const T*, const T*, bool, double, \
-                                          T*, int64_t, int64_t, int64_t, double);
+#define HEADROOM_NN_KERNELS(T)                                                                                     \
+  template void softmax_forward<T>(const T*, T*, int64_t, int64_t, bool);                                          \
+  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, bool);                               \
+  template void norm_forward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, double, bool);         \
+  template void norm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t,   \
+                                 bool);                                                                            \
+  template void dropout_apply<T>(const T*, T*, int64_t, uint64_t, uint64_t, double, T);                            \
+  template void embedding_forward<T>(const T*, const int32_t*, T*, int64_t, int64_t);                              \
+  template void embedding_backward<T>(const int32_t*, const T*, T*, int64_t, int64_t);                             \
+  template void cross_entropy_forward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t, int64_t, double);     \
+  template void cross_entropy_backward<T>(const T*, const int32_t*, const T*, const T*, bool, double, T*, int64_t, \
+                                          int64_t, int64_t, double);
 HEADROOM_NN_KERNELS(float)
 HEADROOM_NN_KERNELS(double)
 #undef HEADROOM_NN_KERNELS

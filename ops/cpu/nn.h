@@ -23,12 +23,12 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, b
 //   y = (x - mean) * rstd * weight + bias,  rstd = 1 / sqrt(var + eps)
 // rms_norm uses mean = 0, so var is the mean square.
 template <typename T>
-void norm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t rows,
-                  int64_t d, double eps, bool center);
+void norm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* rstd, int64_t rows, int64_t d,
+                  double eps, bool center);
 // dy: [rows, d].  dx (may be null), dweight and dbias ([d], may be null).
 template <typename T>
-void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, const T* dy, T* dx,
-                   T* dweight, T* dbias, int64_t rows, int64_t d, bool center);
+void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, const T* dy, T* dx, T* dweight, T* dbias,
+                   int64_t rows, int64_t d, bool center);
 
 // ---- dropout --------------------------------------------------------------
 // y[i] = x[i] * scale when uniform(seed, first + i) >= p, else 0; n elements.
@@ -52,8 +52,8 @@ void embedding_backward(const int32_t* indices, const T* dy, T* dweight, int64_t
 //   (1 - smoothing) * (lse - logit[target]) + smoothing * (lse - mean(logits)),
 // with loss 0 for ignored rows.
 template <typename T>
-void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* row_loss, int64_t rows,
-                           int64_t classes, int64_t ignore_index, double smoothing);
+void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* row_loss, int64_t rows, int64_t classes,
+                           int64_t ignore_index, double smoothing);
 // dL/d(row loss of row r) = row_grad[r] * grad_scale, or row_grad[0] * grad_scale
 // for every row when broadcast_grad (a reduced loss).  dlogits: [rows, classes],
 // 0 on ignored rows, else that gradient * (softmax - (1 - smoothing) * onehot(target)

@@ -130,8 +130,7 @@ void reduce(ReduceOp op, const Tensor& x, ReduceDims dims, const Tensor& out) {
   });
 }
 
-void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& values,
-                const Tensor& indices) {
+void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& values, const Tensor& indices) {
   dispatch_floating(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* v = values.defined() ? values.data<T>() : nullptr;
@@ -167,9 +166,8 @@ void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims d, co
     T* out = grad.data<T>();  // [outer, n, inner]
     std::fill(out, out + d.outer * d.n * d.inner, T(0));
     const int64_t outputs = d.outer * d.inner;
-    parallel_for(outputs, outputs >= kParallelMin, [&](int64_t j) {
-      out[((j / d.inner) * d.n + idx[j]) * d.inner + j % d.inner] = src[j];
-    });
+    parallel_for(outputs, outputs >= kParallelMin,
+                 [&](int64_t j) { out[((j / d.inner) * d.n + idx[j]) * d.inner + j % d.inner] = src[j]; });
   });
 }
 

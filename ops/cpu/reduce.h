@@ -19,8 +19,7 @@ void reduce(ReduceOp op, const Tensor& x, ReduceDims dims, const Tensor& out);
 // The first maximal (or minimal) element of each reduced slice: its index in
 // [0, n) into `indices` (i32 [outer, inner]) and, when `values` is defined, its
 // value.  A NaN counts as maximal and minimal (the first NaN wins).  n >= 1.
-void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& values,
-                const Tensor& indices);
+void reduce_arg(Extreme which, const Tensor& x, ReduceDims dims, const Tensor& values, const Tensor& indices);
 
 // Running sums along n: out[o, i, c] = Σ_{j <= i} x[o, j, c], or Σ_{j >= i}
 // with `reverse` (cumsum's backward).  x, out: contiguous [outer, n, inner],

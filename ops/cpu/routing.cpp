@@ -28,13 +28,12 @@ constexpr int64_t kParallelTopK = 1 << 13;
 // random rows); above it, a partial sort (n·log k).
 constexpr int64_t kInsertionTopK = 8;
 
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0) {
-  cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c,
-              int(ldc));
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float* c, int64_t ldc, float beta = 0) {
+  cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc, double beta = 0) {
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+          const double* b, int64_t ldb, double* c, int64_t ldc, double beta = 0) {
   cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
@@ -120,8 +119,7 @@ void for_each_segment_tile(const int32_t* offsets, int64_t segments, int64_t til
       tiles.push_back({e, first, rows});
     }
   run_heaviest_first(
-      std::move(tiles), [](const Tile& t) { return t.rows; },
-      [&](const Tile& t) { fn(t.segment, t.first, t.rows); });
+      std::move(tiles), [](const Tile& t) { return t.rows; }, [&](const Tile& t) { fn(t.segment, t.first, t.rows); });
 }
 
 // The k of indices [0, n) that rank first, in rank order, into best [k]:
@@ -155,8 +153,7 @@ template <typename T>
 void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indices) {
   // Per thread: the candidate indices of a row for the partial sort, reused across rows.
   auto make_candidates = [n] { return std::vector<int32_t>(n); };
-  parallel_for(rows, rows * n >= kParallelTopK, make_candidates,
-               [&](std::vector<int32_t>& candidates, int64_t row) {
+  parallel_for(rows, rows * n >= kParallelTopK, make_candidates, [&](std::vector<int32_t>& candidates, int64_t row) {
     const T* v = x + row * n;
     // A strict weak order: NaN first, then larger values, then lower indices.
     auto ranks_before = [v](int32_t a, int32_t b) {
@@ -190,8 +187,8 @@ void put_along_rows(const T* src, const int32_t* index, int64_t rows, int64_t n,
 }
 
 template <typename T>
-void gather_rows(const T* src, int64_t width, const int32_t* pair, int64_t group, const T* scale,
-                 int64_t out_rows, T* out) {
+void gather_rows(const T* src, int64_t width, const int32_t* pair, int64_t group, const T* scale, int64_t out_rows,
+                 T* out) {
   parallel_for(out_rows, out_rows * width > kParallelElements, [&](int64_t r) {
     const T* from = src + (pair[r] / group) * width;  // from: [width]
     const T s = scale ? scale[pair[r]] : T(1);
@@ -201,8 +198,8 @@ void gather_rows(const T* src, int64_t width, const int32_t* pair, int64_t group
 }
 
 template <typename T>
-void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t* row, const T* weight,
-              int64_t dests, T* out) {
+void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t* row, const T* weight, int64_t dests,
+              T* out) {
   parallel_for(dests, int64_t(starts[dests]) * width > kParallelElements, [&](int64_t d) {
     T* to = out + d * width;  // to: [width]
     std::fill(to, to + width, T(0));
@@ -215,8 +212,7 @@ void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t*
 }
 
 template <typename T>
-void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs,
-              T* out) {
+void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs, T* out) {
   parallel_for(pairs, pairs * width > kParallelElements, [&](int64_t p) {
     const T* u = a + int64_t(a_row[p]) * width;
     const T* v = b + (p / group) * width;
@@ -227,8 +223,8 @@ void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64
 }
 
 template <typename T>
-void gate_rows_backward(const T* y, const T* gates, const int32_t* order, int64_t rows, int64_t width, T* dy,
-                        T* dgates, T* y_gated) {
+void gate_rows_backward(const T* y, const T* gates, const int32_t* order, int64_t rows, int64_t width, T* dy, T* dgates,
+                        T* y_gated) {
   parallel_for(rows, rows * width > kParallelElements, [&](int64_t r) {
     const T* y_row = y + r * width;  // [width] each
     T* dy_row = dy + r * width;
@@ -262,9 +258,8 @@ void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets,
   // kernel cost more than the kernel saved); gathered rows are copied per tile.
   const int64_t tile = x.order ? kGatherTile : kWholeSegment;  // rows in place: one GEMM per segment
   for_each_segment_tile(offsets, segments, tile, [&](int64_t e, int64_t first, int64_t rows) {
-    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, rows, y_width, x.width,
-         tile_rows(x, first, rows, 0), x.width, w + e * in * out_features, out_features, out + first * y_width,
-         y_width);
+    gemm(CblasNoTrans, transpose_w ? CblasTrans : CblasNoTrans, rows, y_width, x.width, tile_rows(x, first, rows, 0),
+         x.width, w + e * in * out_features, out_features, out + first * y_width, y_width);
   });
 }
 
@@ -290,8 +285,8 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
     std::vector<int64_t> filled(t1 - t0, 0);
     int64_t done = 0;
     for_each_run(order, k, offsets, segments, t0, t1, [&](int64_t e, int64_t lo, int64_t hi) {
-      gemm(CblasNoTrans, CblasTrans, hi - lo, out_width, y_width, y + lo * y_width, y_width,
-           w + e * in * out_features, out_features, products + done * out_width, out_width);
+      gemm(CblasNoTrans, CblasTrans, hi - lo, out_width, y_width, y + lo * y_width, y_width, w + e * in * out_features,
+           out_features, products + done * out_width, out_width);
       for (int64_t r = lo; r < hi; ++r) {
         const int64_t t = order[r] / k - t0;
         parts[t * k + filled[t]++] = {done + (r - lo), gates ? gates[order[r]] : T(1)};
@@ -395,29 +390,26 @@ void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& d
   });
 }
 
-#define HEADROOM_ROUTING_FLOAT_KERNELS(T)                                                                    \
-  template void topk_indices<T>(const T*, int64_t, int64_t, int64_t, int32_t*);                              \
-  template void take_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                 \
-  template void put_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                  \
-  template void sum_rows<T>(const T*, int64_t, const int32_t*, const int32_t*, const T*, int64_t, T*);       \
-  template void row_dots<T>(const T*, const int32_t*, const T*, int64_t, int64_t, int64_t, T*);              \
-  template void gate_rows_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t, T*, T*, T*);    \
-  template void segment_matmul<T>(const GroupedRows<T>&, const T*, const int32_t*, int64_t, int64_t, int64_t,  \
-                                  bool, T*);                                                                 \
-  template void segment_matmul_scatter<T>(const T*, const int32_t*, int64_t, const int32_t*, int64_t, const T*, \
-                                          int64_t, int64_t, bool, int64_t, T*, const T*);                    \
-  template void segment_matmul_weight_grad<T>(const GroupedRows<T>&, const GroupedRows<T>&, const int32_t*,  \
-                                              int64_t, int64_t, int64_t, T*);
+#define HEADROOM_ROUTING_FLOAT_KERNELS(T)                                                                            \
+  template void topk_indices<T>(const T*, int64_t, int64_t, int64_t, int32_t*);                                      \
+  template void take_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                         \
+  template void put_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                          \
+  template void sum_rows<T>(const T*, int64_t, const int32_t*, const int32_t*, const T*, int64_t, T*);               \
+  template void row_dots<T>(const T*, const int32_t*, const T*, int64_t, int64_t, int64_t, T*);                      \
+  template void gate_rows_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t, T*, T*, T*);             \
+  template void segment_matmul<T>(const GroupedRows<T>&, const T*, const int32_t*, int64_t, int64_t, int64_t, bool,  \
+                                  T*);                                                                               \
+  template void segment_matmul_scatter<T>(const T*, const int32_t*, int64_t, const int32_t*, int64_t, const T*,      \
+                                          int64_t, int64_t, bool, int64_t, T*, const T*);                            \
+  template void segment_matmul_weight_grad<T>(const GroupedRows<T>&, const GroupedRows<T>&, const int32_t*, int64_t, \
+                                              int64_t, int64_t, T*);
 HEADROOM_ROUTING_FLOAT_KERNELS(float)
 HEADROOM_ROUTING_FLOAT_KERNELS(double)
 #undef HEADROOM_ROUTING_FLOAT_KERNELS
 
 // index_select also moves integer tensors.
-template void gather_rows<float>(const float*, int64_t, const int32_t*, int64_t, const float*, int64_t,
-                                 float*);
-template void gather_rows<double>(const double*, int64_t, const int32_t*, int64_t, const double*, int64_t,
-                                  double*);
-template void gather_rows<int32_t>(const int32_t*, int64_t, const int32_t*, int64_t, const int32_t*, int64_t,
-                                   int32_t*);
+template void gather_rows<float>(const float*, int64_t, const int32_t*, int64_t, const float*, int64_t, float*);
+template void gather_rows<double>(const double*, int64_t, const int32_t*, int64_t, const double*, int64_t, double*);
+template void gather_rows<int32_t>(const int32_t*, int64_t, const int32_t*, int64_t, const int32_t*, int64_t, int32_t*);
 
 }  // namespace headroom::cpu

@@ -26,28 +26,27 @@ void put_along_rows(const T* src, const int32_t* index, int64_t rows, int64_t n,
 // A route plan's gather uses pair = order, group = k; index_select uses group = 1.
 // src: [*, width]  out: [out_rows, width]  scale: [*]
 template <typename T>
-void gather_rows(const T* src, int64_t width, const int32_t* pair, int64_t group, const T* scale,
-                 int64_t out_rows, T* out);
+void gather_rows(const T* src, int64_t width, const int32_t* pair, int64_t group, const T* scale, int64_t out_rows,
+                 T* out);
 
 // Its transpose, pulled per destination: out[d] = sum over q in [starts[d], starts[d+1]),
 // ascending, of weight[q] * src[row[q]] (weight may be null = 1).
 // src: [*, width]  out: [dests, width]  starts: [dests + 1]  row, weight: [starts[dests]]
 template <typename T>
-void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t* row, const T* weight,
-              int64_t dests, T* out);
+void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t* row, const T* weight, int64_t dests,
+              T* out);
 
 // out[p] = <a[a_row[p]], b[p / group]> for p < pairs.   a, b: [*, width]  out: [pairs]
 template <typename T>
-void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs,
-              T* out);
+void row_dots(const T* a, const int32_t* a_row, const T* b, int64_t group, int64_t width, int64_t pairs, T* out);
 
 // The gates' part of the gated scatter's backward, one pass over the grouped
 // rows r (pair p = order[r]): dgates[p] = <y[r], dy[r]>, then dy[r] *= gates[p]
 // and y_gated[r] = gates[p] · y[r].  dy holds the ungated gradient on entry.
 // y, dy, y_gated: [rows, width]  order: [rows]  gates, dgates: [rows], pair order
 template <typename T>
-void gate_rows_backward(const T* y, const T* gates, const int32_t* order, int64_t rows, int64_t width, T* dy,
-                        T* dgates, T* y_gated);
+void gate_rows_backward(const T* y, const T* gates, const int32_t* order, int64_t rows, int64_t width, T* dy, T* dgates,
+                        T* y_gated);
 
 // ---- grouped GEMMs over the segments of a plan -------------------------------------
 // offsets: [segments + 1]; w: [E, in, out], and "· w[e]" below reads as "· w[e]ᵀ"

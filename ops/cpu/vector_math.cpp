@@ -14,7 +14,7 @@ HEADROOM_CPU_CLONES void exp_inplace(float* x, int64_t n) {
   // Separate passes over chunks, because GCC (with its default -ftrapping-math)
   // vectorises a clamp or a select alone but not one feeding the polynomial.
   constexpr float kLowest = -87.3f, kHighest = 88.0f;  // below kLowest: exactly 0
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  constexpr float kRound = 12582912.0f;                // 1.5 * 2^23: adding and subtracting it rounds to an integer
   constexpr int64_t kChunk = 64;
   float clamped[kChunk], result[kChunk];
   for (int64_t i0 = 0; i0 < n; i0 += kChunk) {

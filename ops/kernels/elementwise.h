@@ -20,7 +20,6 @@ struct UnaryArgs {
   double min = 0, max = 0;
 };
 
-
 struct ElementwiseKernels {
   virtual ~ElementwiseKernels() = default;
   // out = op(a, b).  a, b: broadcastable to out's shape, f32 or f64 like out.
@@ -31,8 +30,7 @@ struct ElementwiseKernels {
                            const Tensor& grad) = 0;
   // out = op(x);  grad = g * op'(x).  All of one shape, f32 or f64.
   virtual void unary(UnaryOp op, UnaryArgs args, const Tensor& x, const Tensor& out) = 0;
-  virtual void unary_grad(UnaryOp op, UnaryArgs args, const Tensor& x, const Tensor& g,
-                          const Tensor& grad) = 0;
+  virtual void unary_grad(UnaryOp op, UnaryArgs args, const Tensor& x, const Tensor& g, const Tensor& grad) = 0;
   // out (b8) = op(a, b); a, b of one dtype (any), broadcastable to out's shape.
   virtual void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // Masks (b8) in, mask out.

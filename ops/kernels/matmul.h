@@ -25,7 +25,6 @@ struct MatrixStack {
   MatrixLayout layout;
 };
 
-
 struct MatmulKernels {
   virtual ~MatmulKernels() = default;
   // c[i] = a[i] · b[i] (+ bias on every row) for each matrix i of the stacks,
@@ -34,9 +33,8 @@ struct MatmulKernels {
   // with leading dimension la.ld); likewise b.
   //   a[i]: [m, k]   b[i]: [k, n]   bias: [n] contiguous or undefined   c: [batch, m, n] contiguous
   // f32 may use TF32 tensor cores when allow_tf32() (core/backend.h).
-  virtual void batched_gemm(int64_t m, int64_t n, int64_t k, const Tensor& a,
-                            const std::vector<int64_t>& a_offsets, const MatrixLayout& la,
-                            const Tensor& b, const std::vector<int64_t>& b_offsets,
+  virtual void batched_gemm(int64_t m, int64_t n, int64_t k, const Tensor& a, const std::vector<int64_t>& a_offsets,
+                            const MatrixLayout& la, const Tensor& b, const std::vector<int64_t>& b_offsets,
                             const MatrixLayout& lb, const Tensor& bias, const Tensor& c) = 0;
   // out[j] = sum over i of g[i, j], in a fixed order.   g: [rows, cols] contiguous   out: [cols]
   virtual void sum_rows(const Tensor& g, const Tensor& out, int64_t rows, int64_t cols) = 0;

@@ -38,13 +38,13 @@ struct NnKernels {
   // ---- dropout --------------------------------------------------------------
   // y[i] = x[i] * scale when Generator(seed).uniform_at(first + i) >= p, else 0:
   // the CPU's mask bit for bit.  x, y: [n]; scale = 1 / (1 - p) in x's dtype.
-  virtual void dropout_apply(const Tensor& x, const Tensor& y, int64_t n, uint64_t seed, uint64_t first,
-                             double p, double scale) = 0;
+  virtual void dropout_apply(const Tensor& x, const Tensor& y, int64_t n, uint64_t seed, uint64_t first, double p,
+                             double scale) = 0;
 
   // ---- embedding ------------------------------------------------------------
   // weight: [V, d]; indices: [count], already checked to lie in [0, V); out: [count, d].
-  virtual void embedding_forward(const Tensor& weight, const Tensor& indices, const Tensor& out,
-                                 int64_t count, int64_t d) = 0;
+  virtual void embedding_forward(const Tensor& weight, const Tensor& indices, const Tensor& out, int64_t count,
+                                 int64_t d) = 0;
   // dweight: [V, d], zero-filled by the caller; dy: [count, d].  The plan
   // groups positions by index: segment s covers order[segment_start[s] ..
   // segment_start[s + 1]) (positions with index segment_row[s], ascending),
@@ -57,14 +57,13 @@ struct NnKernels {
   // logits: [rows, classes]; targets: [rows].  Writes lse and row_loss ([rows]),
   // as cpu::cross_entropy_forward.
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                     const Tensor& row_loss, int64_t rows, int64_t classes,
-                                     int64_t ignore_index, double smoothing) = 0;
+                                     const Tensor& row_loss, int64_t rows, int64_t classes, int64_t ignore_index,
+                                     double smoothing) = 0;
   // As cpu::cross_entropy_backward, broadcasting row_grad when it has one
   // element (a reduced loss: no host read of the gradient).
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                      const Tensor& row_grad, double grad_scale, const Tensor& dlogits,
-                                      int64_t rows, int64_t classes, int64_t ignore_index,
-                                      double smoothing) = 0;
+                                      const Tensor& row_grad, double grad_scale, const Tensor& dlogits, int64_t rows,
+                                      int64_t classes, int64_t ignore_index, double smoothing) = 0;
   // out (one element) = scale * the sum of values ([n]), summed in double in
   // a fixed order: the reduced loss, without copying row losses to the host.
   virtual void sum_scaled(const Tensor& values, int64_t n, double scale, const Tensor& out) = 0;

@@ -72,8 +72,7 @@ struct OptimKernels {
   // In place, element by element.  param, grad and the state tensors: one
   // device, one floating dtype (f32 or f64), one shape, all contiguous.
   // momentum_buffer is undefined for SGD without momentum.
-  virtual void sgd(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                   const SgdUpdate& update) = 0;
+  virtual void sgd(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdUpdate& update) = 0;
   virtual void adam(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                     const AdamUpdate& update) = 0;
   // Σ x² over every element of every tensor (f32 or f64, any strides, one

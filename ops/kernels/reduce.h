@@ -17,7 +17,6 @@ struct ReduceDims {
 enum class ReduceOp { sum, mean, logsumexp };
 enum class Extreme { max, min };
 
-
 struct ReduceKernels {
   virtual ~ReduceKernels() = default;
   // x: contiguous [outer, n, inner] (f32/f64)  ->  out: contiguous [outer, inner], x's dtype.
@@ -33,7 +32,6 @@ struct ReduceKernels {
   virtual void running_sum(const Tensor& x, ReduceDims dims, bool reverse, const Tensor& out) = 0;
   // grad (contiguous [outer, n, inner]) is zero except grad[o, indices[o, i], i] = g[o, i].
   // g, indices: contiguous [outer, inner].
-  virtual void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims dims,
-                                  const Tensor& grad) = 0;
+  virtual void scatter_to_indices(const Tensor& g, const Tensor& indices, ReduceDims dims, const Tensor& grad) = 0;
 };
 }  // namespace headroom::kernels

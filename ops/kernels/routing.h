@@ -48,8 +48,7 @@ struct RoutingKernels {
   // method on the device throws it once the device has got that far (see
   // routing.cu).  It first throws any such error recorded by an earlier call.
   // indices, safe: i32 [n]
-  virtual void check_indices(const Tensor& indices, int64_t limit, IndexUse use, int64_t group,
-                             const Tensor& safe) = 0;
+  virtual void check_indices(const Tensor& indices, int64_t limit, IndexUse use, int64_t group, const Tensor& safe) = 0;
 
   // The stable counting sort of route(): chosen: i32 [P] (pair p = token * k +
   // slot, values in [0, segments)) -> offsets [segments + 1], order, position,

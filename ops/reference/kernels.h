@@ -40,8 +40,8 @@ T stack_at(const kernels::MatrixStack<T>& s, size_t i, int64_t r, int64_t c) {
 // c[i][r, j] = bias[j] + Σ_p a[i][r, p] · b[i][p, j]
 //   a[i]: [m, k]   b[i]: [k, n]   bias: [n] or null   c: [batch, m, n]
 template <typename T>
-void batched_gemm(int64_t m, int64_t n, int64_t k, const kernels::MatrixStack<T>& a,
-                  const kernels::MatrixStack<T>& b, const T* bias, T* c) {
+void batched_gemm(int64_t m, int64_t n, int64_t k, const kernels::MatrixStack<T>& a, const kernels::MatrixStack<T>& b,
+                  const T* bias, T* c) {
   for (size_t i = 0; i < a.offsets.size(); ++i)
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < n; ++j) {
@@ -116,8 +116,8 @@ void norm_forward(const T* x, const T* weight, const T* bias, T* y, T* mean, T* 
 //   dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂))  (rms_norm: without − mean(g))
 //   dweight = Σ_rows dy ⊙ x̂,  dbias = Σ_rows dy.   dy, dx: [rows, d]; dx, dweight, dbias may be null
 template <typename T>
-void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, const T* dy, T* dx, T* dweight,
-                   T* dbias, int64_t rows, int64_t d, bool center) {
+void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, const T* dy, T* dx, T* dweight, T* dbias,
+                   int64_t rows, int64_t d, bool center) {
   if (dweight) std::fill(dweight, dweight + d, T(0));
   if (dbias) std::fill(dbias, dbias + d, T(0));
   for (int64_t r = 0; r < rows; ++r) {
@@ -159,8 +159,8 @@ T attention_probs(const kernels::AttentionProblem& p, const kernels::AttentionGr
   const T inf = std::numeric_limits<T>::infinity();
   T max = -inf, sum = 0;
   for (int64_t s = 0; s < p.num_keys; ++s) {
-    const bool masked = (p.causal && s > r.t + p.causal_offset) ||
-                        (p.key_padding && p.key_padding[g.batch * p.num_keys + s]);
+    const bool masked =
+        (p.causal && s > r.t + p.causal_offset) || (p.key_padding && p.key_padding[g.batch * p.num_keys + s]);
     T dot = 0;
     for (int64_t c = 0; c < p.d_h; ++c) dot += q[r.row * p.d_h + c] * k[r.kv + s * p.kv_strides[2] + c];
     prob[s] = masked ? -inf : T(p.scale) * dot;
@@ -216,7 +216,7 @@ void attention_backward(const kernels::AttentionProblem& p, const T* q, const T*
       attention_probs(p, g, r, q, k, prob.data(), lse);
       const T *dout_r = dout + r.row * d, *q_r = q + r.row * d;
       const int64_t dkv = (g.batch * p.kv_heads + (p.kv_heads == 1 ? 0 : r.head)) * S * d;  // contiguous dk, dv
-      T delta = 0;  // dout · out
+      T delta = 0;                                                                          // dout · out
       for (int64_t c = 0; c < d; ++c) delta += dout_r[c] * out[r.row * d + c];
       std::fill(dq + r.row * d, dq + (r.row + 1) * d, T(0));
       for (int64_t s = 0; s < S; ++s) {
@@ -320,8 +320,8 @@ void segment_matmul_weight_grad(const kernels::GroupedRows<T>& x, const kernels:
 
 // A CPU kernel call in ops/*.cpp: HEADROOM_CPU_KERNEL(softmax_forward)(x, y, rows, n, log) runs
 // cpu::softmax_forward, or reference::softmax_forward under HEADROOM_REFERENCE_KERNELS=1.
-#define HEADROOM_CPU_KERNEL(kernel)                                                          \
-  [&](auto&&... args) {                                                                      \
+#define HEADROOM_CPU_KERNEL(kernel)                                                             \
+  [&](auto&&... args) {                                                                         \
     if (::headroom::reference::use_reference_kernels()) ::headroom::reference::kernel(args...); \
-    else ::headroom::cpu::kernel(args...);                                                   \
+    else ::headroom::cpu::kernel(args...);                                                      \
   }
