@@ -15,8 +15,7 @@ namespace {
 
 // ---- the CPU's element walks ------------------------------------------------------
 
-template <typename T>
-void fill_typed(T* ptr, int64_t n, T value) {
+template <typename T> void fill_typed(T* ptr, int64_t n, T value) {
   cpu::parallel_chunks(n, int64_t(1) << 14, n >= cpu::kParallelMin,
                        [&](int64_t begin, int64_t end) { std::fill(ptr + begin, ptr + end, value); });
 }
@@ -24,20 +23,15 @@ void fill_typed(T* ptr, int64_t n, T value) {
 // Writes value (converted) into n contiguous elements of dtype at ptr.
 void fill_contiguous(void* ptr, DType dtype, int64_t n, double value) {
   switch (dtype) {
-    case DType::f32:
-      return fill_typed(static_cast<float*>(ptr), n, static_cast<float>(value));
-    case DType::f64:
-      return fill_typed(static_cast<double*>(ptr), n, value);
-    case DType::i32:
-      return fill_typed(static_cast<int32_t*>(ptr), n, static_cast<int32_t>(value));
-    case DType::b8:
-      return fill_typed(static_cast<uint8_t*>(ptr), n, uint8_t(value != 0 ? 1 : 0));
+    case DType::f32: return fill_typed(static_cast<float*>(ptr), n, static_cast<float>(value));
+    case DType::f64: return fill_typed(static_cast<double*>(ptr), n, value);
+    case DType::i32: return fill_typed(static_cast<int32_t*>(ptr), n, static_cast<int32_t>(value));
+    case DType::b8: return fill_typed(static_cast<uint8_t*>(ptr), n, uint8_t(value != 0 ? 1 : 0));
   }
 }
 
 // to = from (converted), or to += from when Add.
-template <bool Add, typename S, typename D>
-inline void store(D& to, S from) {
+template <bool Add, typename S, typename D> inline void store(D& to, S from) {
   if constexpr (Add) to = static_cast<D>(to + from);
   else to = static_cast<D>(from);
 }
@@ -82,17 +76,12 @@ void copy_typed(const Tensor& src, const Strides& src_strides, const Tensor& dst
   });
 }
 
-template <typename S>
-void copy_from(const Tensor& src, const Strides& strides, const Tensor& dst) {
+template <typename S> void copy_from(const Tensor& src, const Strides& strides, const Tensor& dst) {
   switch (dst.dtype()) {
-    case DType::f32:
-      return copy_typed<false, S, float>(src, strides, dst);
-    case DType::f64:
-      return copy_typed<false, S, double>(src, strides, dst);
-    case DType::i32:
-      return copy_typed<false, S, int32_t>(src, strides, dst);
-    case DType::b8:
-      return copy_typed<false, S, uint8_t>(src, strides, dst);
+    case DType::f32: return copy_typed<false, S, float>(src, strides, dst);
+    case DType::f64: return copy_typed<false, S, double>(src, strides, dst);
+    case DType::i32: return copy_typed<false, S, int32_t>(src, strides, dst);
+    case DType::b8: return copy_typed<false, S, uint8_t>(src, strides, dst);
   }
 }
 
@@ -171,14 +160,10 @@ class CpuBackend final : public Backend {
   }
   void copy(const Tensor& src, const Strides& strides, const Tensor& dst) override {
     switch (src.dtype()) {
-      case DType::f32:
-        return copy_from<float>(src, strides, dst);
-      case DType::f64:
-        return copy_from<double>(src, strides, dst);
-      case DType::i32:
-        return copy_from<int32_t>(src, strides, dst);
-      case DType::b8:
-        return copy_from<uint8_t>(src, strides, dst);
+      case DType::f32: return copy_from<float>(src, strides, dst);
+      case DType::f64: return copy_from<double>(src, strides, dst);
+      case DType::i32: return copy_from<int32_t>(src, strides, dst);
+      case DType::b8: return copy_from<uint8_t>(src, strides, dst);
     }
   }
   void fill(const Tensor& dst, double value) override {

@@ -14,8 +14,7 @@ class Error : public std::runtime_error {
 };
 
 namespace detail {
-template <typename... Parts>
-std::string concat(const Parts&... parts) {
+template <typename... Parts> std::string concat(const Parts&... parts) {
   std::ostringstream os;
   (os << ... << parts);
   return os.str();

@@ -26,14 +26,10 @@ Value Value::object(Members members) {
 
 const char* kind_name(Value::Kind kind) {
   switch (kind) {
-    case Value::Kind::integer:
-      return "an integer";
-    case Value::Kind::string:
-      return "a string";
-    case Value::Kind::array:
-      return "an array";
-    case Value::Kind::object:
-      return "an object";
+    case Value::Kind::integer: return "an integer";
+    case Value::Kind::string: return "a string";
+    case Value::Kind::array: return "an array";
+    case Value::Kind::object: return "an object";
   }
   return "?";
 }
@@ -84,8 +80,7 @@ struct Escape {
 constexpr Escape kEscapes[] = {{'"', '"'},  {'\\', '\\'}, {'b', '\b'}, {'f', '\f'},
                                {'n', '\n'}, {'r', '\r'},  {'t', '\t'}};
 
-template <typename Pred>
-const Escape* find_escape(Pred pred) {
+template <typename Pred> const Escape* find_escape(Pred pred) {
   for (const Escape& e : kEscapes)
     if (pred(e)) return &e;
   return nullptr;
@@ -303,12 +298,8 @@ void dump_string(const std::string& s, std::string& out) {
 
 void dump_to(const Value& v, std::string& out) {
   switch (v.kind()) {
-    case Value::Kind::integer:
-      out += std::to_string(v.as_integer());
-      break;
-    case Value::Kind::string:
-      dump_string(v.as_string(), out);
-      break;
+    case Value::Kind::integer: out += std::to_string(v.as_integer()); break;
+    case Value::Kind::string: dump_string(v.as_string(), out); break;
     case Value::Kind::array: {
       out += '[';
       const char* sep = "";

@@ -24,8 +24,7 @@ constexpr int64_t kParallelMin = 1 << 15;
 // body(i) for i in [0, n): split over the threads (static schedule) when
 // `parallel`, else a plain loop.  Both loops, with the body inlined, get AVX2 and
 // AVX-512 clones (cpu_dispatch.h): the element-wise kernels' loops are these.
-template <typename Body>
-HEADROOM_CPU_CLONES void parallel_for(int64_t n, bool parallel, const Body& body) {
+template <typename Body> HEADROOM_CPU_CLONES void parallel_for(int64_t n, bool parallel, const Body& body) {
   if (!parallel) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
@@ -37,8 +36,7 @@ HEADROOM_CPU_CLONES void parallel_for(int64_t n, bool parallel, const Body& body
 // body(begin, end) over [0, n) in chunks of `chunk` elements, the chunks split
 // over the threads when `parallel`: fills and copies keep a plain std::fill or
 // memset per chunk.
-template <typename Body>
-void parallel_chunks(int64_t n, int64_t chunk, bool parallel, const Body& body) {
+template <typename Body> void parallel_chunks(int64_t n, int64_t chunk, bool parallel, const Body& body) {
   parallel_for((n + chunk - 1) / chunk, parallel, [&](int64_t i) { body(i * chunk, std::min(n, (i + 1) * chunk)); });
 }
 
@@ -67,8 +65,7 @@ HEADROOM_CPU_CLONES void parallel_for(int64_t n, bool parallel, const MakeScratc
 // 4 KiB, tens of microseconds each on our VMs (core/backend.cpp).  Slots are
 // independent buffers of one element type: the routing ops use 0 and 1 for
 // operands they hold at the same time, indexed_gemm_tn uses 2 for b's panel.
-template <typename T>
-T* thread_buffer(int slot, int64_t size) {
+template <typename T> T* thread_buffer(int slot, int64_t size) {
   thread_local std::vector<T> buffers[3];
   std::vector<T>& buffer = buffers[slot];
   if (int64_t(buffer.size()) < size) buffer.resize(size);

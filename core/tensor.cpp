@@ -60,14 +60,10 @@ namespace {
 
 double read_element(const void* base, DType dtype, int64_t offset) {
   switch (dtype) {
-    case DType::f32:
-      return static_cast<const float*>(base)[offset];
-    case DType::f64:
-      return static_cast<const double*>(base)[offset];
-    case DType::i32:
-      return static_cast<const int32_t*>(base)[offset];
-    case DType::b8:
-      return static_cast<const uint8_t*>(base)[offset];
+    case DType::f32: return static_cast<const float*>(base)[offset];
+    case DType::f64: return static_cast<const double*>(base)[offset];
+    case DType::i32: return static_cast<const int32_t*>(base)[offset];
+    case DType::b8: return static_cast<const uint8_t*>(base)[offset];
   }
   return 0;
 }
@@ -91,25 +87,16 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype) {
   for (int64_t i = 0; i < n; ++i) {
     double v = start + step * double(i);
     switch (dtype) {
-      case DType::f32:
-        t.data<float>()[i] = float(v);
-        break;
-      case DType::f64:
-        t.data<double>()[i] = v;
-        break;
-      case DType::i32:
-        t.data<int32_t>()[i] = int32_t(v);
-        break;
-      case DType::b8:
-        t.data<uint8_t>()[i] = v != 0;
-        break;
+      case DType::f32: t.data<float>()[i] = float(v); break;
+      case DType::f64: t.data<double>()[i] = v; break;
+      case DType::i32: t.data<int32_t>()[i] = int32_t(v); break;
+      case DType::b8: t.data<uint8_t>()[i] = v != 0; break;
     }
   }
   return t;
 }
 
-template <typename T>
-Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
+template <typename T> Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
   HEADROOM_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "[from_vector] ", values.size(),
                  " values cannot fill shape ", shape_str(shape), " (", shape_numel(shape), " elements)");
   Tensor t = empty(shape, dtype_of<T>::value);
@@ -200,8 +187,7 @@ double Tensor::item() const {
   return read_element(host.raw_data(), dtype(), 0);
 }
 
-template <typename T>
-std::vector<T> Tensor::to_vector() const {
+template <typename T> std::vector<T> Tensor::to_vector() const {
   // A device tensor arrives contiguous: walk the copy with its own strides.
   if (!device().is_cpu()) return to(Device::cpu()).to_vector<T>();
   std::vector<T> out;

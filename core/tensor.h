@@ -61,10 +61,8 @@ class Tensor {
   // [start, end) in steps of step, like numpy.arange.
   static Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32);
   static Tensor arange(int64_t end, DType dtype = DType::f32) { return arange(0, double(end), 1, dtype); }
-  template <typename T>
-  static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
-  template <typename T>
-  static Tensor from_vector(const std::vector<T>& values) {
+  template <typename T> static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+  template <typename T> static Tensor from_vector(const std::vector<T>& values) {
     return from_vector(values, {static_cast<int64_t>(values.size())});
   }
   // Uniform in [low, high) and standard normal draws (rng.h documents the stream).
@@ -98,17 +96,12 @@ class Tensor {
 
   // ---- data access (CPU tensors) --------------------------------------
   // Pointer to the first element (offset applied).  Checks that T matches the dtype.
-  template <typename T>
-  T* data() const;
+  template <typename T> T* data() const;
   void* raw_data() const;  // any device
   double item() const;     // one-element tensors, any dtype, as double
-  template <typename T>
-  T item() const {
-    return static_cast<T>(item());
-  }
+  template <typename T> T item() const { return static_cast<T>(item()); }
   // Elements in row-major logical order, converted to T.
-  template <typename T>
-  std::vector<T> to_vector() const;
+  template <typename T> std::vector<T> to_vector() const;
   std::string str() const;  // PyTorch-like printing
 
   // ---- storage --------------------------------------------------------
@@ -180,32 +173,23 @@ void check_cpu(const char* op, const std::vector<Tensor>& tensors);
 
 // Calls fn(T{}) with T = float or double, the C++ type of a floating dtype:
 //   dispatch_floating(x.dtype(), [&](auto zero) { using T = decltype(zero); ... });
-template <typename Fn>
-void dispatch_floating(DType dtype, Fn&& fn) {
+template <typename Fn> void dispatch_floating(DType dtype, Fn&& fn) {
   if (dtype == DType::f32) fn(float{});
   else fn(double{});
 }
 
 // The same for every dtype: T = float, double, int32_t or uint8_t.
-template <typename Fn>
-void dispatch_any(DType dtype, Fn&& fn) {
+template <typename Fn> void dispatch_any(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f32:
-      return fn(float{});
-    case DType::f64:
-      return fn(double{});
-    case DType::i32:
-      return fn(int32_t{});
-    case DType::b8:
-      return fn(uint8_t{});
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::i32: return fn(int32_t{});
+    case DType::b8: return fn(uint8_t{});
   }
 }
 
 // t.data<T>(), or nullptr for an undefined (optional) tensor.
-template <typename T>
-T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
+template <typename T> T* data_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
 // Copies src's elements (any strides, broadcast to dst's shape) into dst,
 // converting dtype.  The kernel behind contiguous(), clone(), to() and copy_().
@@ -218,8 +202,7 @@ void accumulate_elements(const Tensor& src, const Tensor& dst);
 // Visits every element of `shape` in row-major order, calling
 // fn(offset_in_elements) with the offset given by `strides` (stride 0 on
 // broadcast dimensions works).  The generic strided loop of the CPU kernels.
-template <typename Fn>
-void for_each_offset(const Shape& shape, const Strides& strides, int64_t base, Fn&& fn) {
+template <typename Fn> void for_each_offset(const Shape& shape, const Strides& strides, int64_t base, Fn&& fn) {
   const int nd = static_cast<int>(shape.size());
   const int64_t n = shape_numel(shape);
   if (n == 0) return;
@@ -264,8 +247,7 @@ void for_each_offset2(const Shape& shape, const Strides& strides_a, int64_t base
 
 // ---- template definitions ----------------------------------------------
 
-template <typename T>
-T* Tensor::data() const {
+template <typename T> T* Tensor::data() const {
   HEADROOM_CHECK(dtype_of<std::remove_const_t<T>>::value == dtype(), "[data] tensor has dtype ", dtype(),
                  " but was read as ", dtype_of<std::remove_const_t<T>>::value);
   return static_cast<T*>(raw_data());

@@ -116,8 +116,7 @@ GroupTables upload_tables(const AttentionProblem& p, int tile_rows, Device devic
 // of a warp reading column c of 32 rows hit 32 different banks.
 int64_t padded_stride(int64_t d) { return d % 2 == 0 ? d + 1 : d; }
 
-template <typename T>
-struct Params {
+template <typename T> struct Params {
   int d = 0, heads = 0, kv_heads = 0, seq_len = 0, num_keys = 0;
   int padded = 0;  // padded_stride(d)
   T scale = 1;
@@ -131,8 +130,7 @@ struct Params {
   const int32_t* positions = nullptr;  // [R]
 };
 
-template <typename T>
-Params<T> make_params(const AttentionProblem& p, const GroupTables& tables) {
+template <typename T> Params<T> make_params(const AttentionProblem& p, const GroupTables& tables) {
   Params<T> k;
   k.d = int(p.d_h);
   k.heads = int(p.heads);
@@ -152,56 +150,44 @@ Params<T> make_params(const AttentionProblem& p, const GroupTables& tables) {
   return k;
 }
 
-template <typename T>
-__device__ constexpr T infinity() {
-  return std::numeric_limits<T>::infinity();
-}
+template <typename T> __device__ constexpr T infinity() { return std::numeric_limits<T>::infinity(); }
 __device__ inline float exp_of(float x) { return expf(x); }
 __device__ inline double exp_of(double x) { return exp(x); }
 __device__ inline float log_of(float x) { return logf(x); }
 __device__ inline double log_of(double x) { return log(x); }
 
-template <typename T>
-__device__ T larger(T a, T b) {
-  return b > a ? b : a;
-}
-template <typename T>
-__device__ T warp_max(T x) {
+template <typename T> __device__ T larger(T a, T b) { return b > a ? b : a; }
+template <typename T> __device__ T warp_max(T x) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) x = larger(x, __shfl_xor_sync(kFullMask, x, offset));
   return x;
 }
 // A butterfly: every lane ends with the same sum, in a fixed order.
-template <typename T>
-__device__ T warp_sum(T x) {
+template <typename T> __device__ T warp_sum(T x) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
   return x;
 }
 
 // Offset of the K/V sequence that (b, head) reads, in [B, h_kv, S, d_h].
-template <typename T>
-__device__ int64_t kv_offset(const Params<T>& p, int64_t batch, int64_t head) {
+template <typename T> __device__ int64_t kv_offset(const Params<T>& p, int64_t batch, int64_t head) {
   return (batch * p.kv_heads + (p.kv_heads == 1 ? 0 : head)) * p.num_keys * p.d;
 }
 
 // Whether query position `pos` of batch b sees key s (causal limit, padding).
-template <typename T>
-__device__ bool visible(const Params<T>& p, int64_t batch, int64_t pos, int64_t key) {
+template <typename T> __device__ bool visible(const Params<T>& p, int64_t batch, int64_t pos, int64_t key) {
   if (p.causal && key > pos + p.causal_offset) return false;
   return !(p.key_padding && p.key_padding[batch * p.num_keys + key]);
 }
 
 // Whether dropout keeps element (b, head, t, s): draw
 // first + ((b*h + head)*T + t)*S + s compared as on the CPU (cpu::dropout_apply).
-template <typename T>
-__device__ bool kept(const Params<T>& p, int64_t batch, int64_t head, int64_t pos, int64_t key) {
+template <typename T> __device__ bool kept(const Params<T>& p, int64_t batch, int64_t head, int64_t pos, int64_t key) {
   const uint64_t draw = p.dropout_first + uint64_t(((batch * p.heads + head) * p.seq_len + pos) * p.num_keys + key);
   return p.generator.uniform_at(draw) >= p.dropout;
 }
 
 // Block-wide: dst[i*stride + c] = src[i*d + c] for i < rows, 0 for rows
 // [rows, capacity), c < d.  Callers synchronise.
-template <typename T>
-__device__ void load_rows(const T* src, int rows, int capacity, int d, T* dst, int stride) {
+template <typename T> __device__ void load_rows(const T* src, int rows, int capacity, int d, T* dst, int stride) {
   for (int idx = threadIdx.x; idx < capacity * d; idx += blockDim.x) {
     const int i = idx / d, c = idx % d;
     dst[i * stride + c] = i < rows ? src[int64_t(i) * d + c] : T(0);
@@ -210,10 +196,7 @@ __device__ void load_rows(const T* src, int rows, int capacity, int d, T* dst, i
 
 // Shared memory of the kernels, from one raw buffer (16-byte aligned).
 extern __shared__ __align__(16) unsigned char shared_raw[];
-template <typename T>
-__device__ T* shared_buffer() {
-  return reinterpret_cast<T*>(shared_raw);
-}
+template <typename T> __device__ T* shared_buffer() { return reinterpret_cast<T*>(shared_raw); }
 
 // One query row per (warp, r) of a tile: its index in the tile and position.
 struct TileRows {
@@ -222,8 +205,7 @@ struct TileRows {
   int64_t pos[kRowsPerWarp];
 };
 
-template <typename T>
-__device__ TileRows tile_rows(const Params<T>& p, const QueryTile& tile, int warp) {
+template <typename T> __device__ TileRows tile_rows(const Params<T>& p, const QueryTile& tile, int warp) {
   TileRows rows;
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -236,8 +218,7 @@ __device__ TileRows tile_rows(const Params<T>& p, const QueryTile& tile, int war
 
 // dots[r] = lane_row · warp_rows[r] for the warp's kRowsPerWarp rows
 // (lane_row [d] and warp_rows [kRowsPerWarp, d] in shared memory).
-template <typename T>
-__device__ void row_dots(const T* lane_row, const T* warp_rows, int d, T (&dots)[kRowsPerWarp]) {
+template <typename T> __device__ void row_dots(const T* lane_row, const T* warp_rows, int d, T (&dots)[kRowsPerWarp]) {
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) dots[r] = 0;
   for (int c = 0; c < d; ++c) {
@@ -271,8 +252,7 @@ __device__ void accumulate_rows(T (&acc)[kRowsPerWarp][kCols], const T (&weight)
 }
 
 // dst[c] = factor · acc (the columns this lane holds) for c < d.
-template <typename T, int kCols>
-__device__ void store_row(const T (&acc)[kCols], T factor, T* dst, int d) {
+template <typename T, int kCols> __device__ void store_row(const T (&acc)[kCols], T factor, T* dst, int d) {
   const int lane = threadIdx.x % kWarp;
 #pragma unroll
   for (int i = 0; i < kCols; ++i) {
@@ -356,8 +336,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
 // ---- backward -----------------------------------------------------------------
 
 // D[r] = Σ_c dout[r, c] · out[r, c]: one warp per row.
-template <typename T>
-__global__ void row_dot_kernel(const T* dout, const T* out, T* row_dot, int64_t rows, int d) {
+template <typename T> __global__ void row_dot_kernel(const T* dout, const T* out, T* row_dot, int64_t rows, int d) {
   const int64_t row = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;  // the whole warp
@@ -432,8 +411,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
 
 // First row of [begin, end) whose position sees a key >= s0 (rows are sorted
 // by position, so the causal rows before it see nothing of keys s0...).
-template <typename T>
-__device__ int first_row_seeing(const Params<T>& p, int begin, int end, int64_t s0) {
+template <typename T> __device__ int first_row_seeing(const Params<T>& p, int begin, int end, int64_t s0) {
   if (!p.causal) return begin;
   while (begin < end) {
     const int mid = begin + (end - begin) / 2;
@@ -548,8 +526,7 @@ __global__ void sum_heads_kernel(const T* partial_k, const T* partial_v, T* dk, 
 
 // Calls fn(std::integral_constant<int, kCols>) with the columns each lane
 // holds per row: d_h up to 32, 64, 128 or 256.
-template <typename Fn>
-void with_columns(int64_t d, Fn&& fn) {
+template <typename Fn> void with_columns(int64_t d, Fn&& fn) {
   if (d <= 32) fn(std::integral_constant<int, 1>{});
   else if (d <= 64) fn(std::integral_constant<int, 2>{});
   else if (d <= 128) fn(std::integral_constant<int, 4>{});
@@ -558,8 +535,7 @@ void with_columns(int64_t d, Fn&& fn) {
 
 // The most warps per block (kMaxWarps, halved down to 1) whose shared memory fits the device;
 // bytes_for(warps) is the kernel's need.
-template <typename Bytes>
-int warps_that_fit(Bytes&& bytes_for, int device, int64_t d) {
+template <typename Bytes> int warps_that_fit(Bytes&& bytes_for, int device, int64_t d) {
   int limit = 0;
   HEADROOM_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   for (int warps = kMaxWarps; warps >= 1; warps /= 2)

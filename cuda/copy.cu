@@ -32,17 +32,13 @@ __global__ void copy_kernel(const S* src, Layout src_layout, D* dst, Layout dst_
   }
 }
 
-template <typename T>
-__global__ void fill_kernel(T* dst, Layout layout, T value, int64_t n) {
+template <typename T> __global__ void fill_kernel(T* dst, Layout layout, T value, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[element_offset(layout, i)] = value;
 }
 
 // Element pointers of a tensor's storage (the layouts carry the offset).
-template <typename T>
-T* storage_data(const Tensor& t) {
-  return static_cast<T*>(t.impl_shared()->storage->data);
-}
+template <typename T> T* storage_data(const Tensor& t) { return static_cast<T*>(t.impl_shared()->storage->data); }
 
 template <bool Add, typename S, typename D>
 void launch_copy(const Tensor& src, const Strides& src_strides, const Tensor& dst) {

@@ -26,8 +26,7 @@ using kernels::UnaryOp;
 
 // ---- operands: a data pointer and a layout over the output's shape -------------------
 
-template <typename T>
-struct Operand {
+template <typename T> struct Operand {
   const T* data;  // element 0 (offset applied)
   Layout layout;  // offsets relative to data
 };
@@ -53,8 +52,7 @@ Layout collapse(const Layout& in) {
 }
 
 // t read at every element of `shape` (t broadcast to it): 0 strides on new and size-1 dimensions.
-template <typename T>
-Operand<T> operand(const Tensor& t, const Shape& shape, const char* op) {
+template <typename T> Operand<T> operand(const Tensor& t, const Shape& shape, const char* op) {
   Strides strides(shape.size(), 0);
   const size_t lead = shape.size() - t.dim();
   for (int i = 0; i < t.dim(); ++i) strides[lead + i] = t.size(i) == 1 ? 0 : t.stride(i);
@@ -89,49 +87,29 @@ void map_elements(const char* name, Fn fn, const Tensor& out, const Tensors&... 
 }
 
 // The map functors of the binary kernels (no extended lambdas in this build).
-template <typename F>
-struct BinaryValue {
+template <typename F> struct BinaryValue {
   F f;
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return f(a, b);
-  }
+  template <typename T> __device__ T operator()(T a, T b) const { return f(a, b); }
 };
 
-template <typename F>
-struct BinaryGradA {
+template <typename F> struct BinaryGradA {
   F f;
-  template <typename T>
-  __device__ T operator()(T a, T b, T g) const {
-    return g * f.da(a, b);
-  }
+  template <typename T> __device__ T operator()(T a, T b, T g) const { return g * f.da(a, b); }
 };
 
-template <typename F>
-struct BinaryGradB {
+template <typename F> struct BinaryGradB {
   F f;
-  template <typename T>
-  __device__ T operator()(T a, T b, T g) const {
-    return g * f.db(a, b);
-  }
+  template <typename T> __device__ T operator()(T a, T b, T g) const { return g * f.db(a, b); }
 };
 
-template <typename F>
-struct UnaryValue {
+template <typename F> struct UnaryValue {
   F f;
-  template <typename T>
-  __device__ T operator()(T x) const {
-    return f(x);
-  }
+  template <typename T> __device__ T operator()(T x) const { return f(x); }
 };
 
-template <typename F>
-struct UnaryGrad {
+template <typename F> struct UnaryGrad {
   F f;
-  template <typename T>
-  __device__ T operator()(T x, T g) const {
-    return g * f.grad(x);
-  }
+  template <typename T> __device__ T operator()(T x, T g) const { return g * f.grad(x); }
 };
 
 // ---- masks (the comparisons are in ops/kernels/elementwise_math.h) -----------------------------------
@@ -146,10 +124,7 @@ struct LogicalNot {
 };
 
 struct Select {
-  template <typename T>
-  __device__ T operator()(uint8_t mask, T a, T b) const {
-    return mask ? a : b;
-  }
+  template <typename T> __device__ T operator()(uint8_t mask, T a, T b) const { return mask ? a : b; }
 };
 
 // ---- the interface --------------------------------------------------------------------------

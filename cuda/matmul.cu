@@ -17,8 +17,7 @@ constexpr int64_t kRowsPerChunk = 64;  // rows per partial sum of sum_rows
 
 // out[c, j] = sum of in[r, j] over the rows r of chunk c, in row order.
 //   in: [rows, cols]   out: [chunks, cols]   grid: (chunks, column blocks)
-template <typename T>
-__global__ void column_sums_kernel(const T* in, T* out, int64_t rows, int64_t cols) {
+template <typename T> __global__ void column_sums_kernel(const T* in, T* out, int64_t rows, int64_t cols) {
   const int64_t c = blockIdx.x;
   const int64_t j = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
   if (j >= cols) return;

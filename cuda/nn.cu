@@ -22,29 +22,19 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int64_t kRowsPerChunk = 64;  // rows per partial sum of the column reductions
 
-template <typename T>
-__host__ __device__ constexpr T neg_inf() {
-  return -std::numeric_limits<T>::infinity();
-}
+template <typename T> __host__ __device__ constexpr T neg_inf() { return -std::numeric_limits<T>::infinity(); }
 
 struct Sum {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a + b;
-  }
+  template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
 };
 struct Max {  // as the CPU's max_of: NaN never wins a comparison
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return b > a ? b : a;
-  }
+  template <typename T> __device__ T operator()(T a, T b) const { return b > a ? b : a; }
 };
 
 // Combines one value per thread with `op` in a fixed tree (shuffles within
 // each warp, then across the warps' results) and returns the result to every
 // thread.  blockDim.x: a multiple of 32, at most 1024; all threads must call.
-template <typename T, typename Op>
-__device__ T block_reduce(T value, Op op, T identity) {
+template <typename T, typename Op> __device__ T block_reduce(T value, Op op, T identity) {
   __shared__ T partial[kWarp];
   for (int offset = kWarp / 2; offset > 0; offset /= 2) value = op(value, __shfl_down_sync(0xffffffffu, value, offset));
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -64,23 +54,20 @@ __device__ T block_reduce(T value, Op op, T identity) {
 
 // Sum over i in [0, n) of term(i), by the whole block: thread t adds
 // t, t + blockDim.x, ... in order, then the fixed tree.
-template <typename T, typename Term>
-__device__ T block_sum(int64_t n, Term term) {
+template <typename T, typename Term> __device__ T block_sum(int64_t n, Term term) {
   T acc = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += term(i);
   return block_reduce(acc, Sum(), T(0));
 }
 
-template <typename T>
-__device__ T block_max(const T* x, int64_t n) {
+template <typename T> __device__ T block_max(const T* x, int64_t n) {
   T top = neg_inf<T>();
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) top = Max()(top, x[i]);
   return block_reduce(top, Max(), neg_inf<T>());
 }
 
 // log(sum(exp(x))) of one row, shifted by the max; -inf for a row of all -inf.
-template <typename T>
-__device__ T block_logsumexp(const T* x, int64_t n) {
+template <typename T> __device__ T block_logsumexp(const T* x, int64_t n) {
   const T top = block_max(x, n);
   if (top == neg_inf<T>()) return top;
   return top + ::log(block_sum<T>(n, [&](int64_t i) { return ::exp(x[i] - top); }));
@@ -102,8 +89,7 @@ unsigned row_grid(int64_t rows) { return unsigned(std::min<int64_t>(rows, kMaxGr
 // ---- softmax / log_softmax ---------------------------------------------------------
 
 // One block per row.   x, y: [rows, n]
-template <typename T>
-__global__ void softmax_forward_kernel(const T* x, T* y, int64_t rows, int64_t n, bool log_out) {
+template <typename T> __global__ void softmax_forward_kernel(const T* x, T* y, int64_t rows, int64_t n, bool log_out) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * n;  // [n]
     T* yr = y + r * n;
@@ -281,8 +267,7 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const int32_t* ta
 }
 
 // out[0] = scale * sum(values), in double.   values: [n]   one block
-template <typename T>
-__global__ void sum_scaled_kernel(const T* values, int64_t n, double scale, T* out) {
+template <typename T> __global__ void sum_scaled_kernel(const T* values, int64_t n, double scale, T* out) {
   const double total = block_sum<double>(n, [&](int64_t i) { return double(values[i]); });
   if (threadIdx.x == 0) out[0] = T(total * scale);
 }
@@ -290,18 +275,14 @@ __global__ void sum_scaled_kernel(const T* values, int64_t n, double scale, T* o
 // ---- the interface ----------------------------------------------------------------------
 
 // Calls body(T{}) with T = float or double; launches go to `t`'s device.
-template <typename Body>
-void on_device_of(const Tensor& t, const char* kernel, Body body) {
+template <typename Body> void on_device_of(const Tensor& t, const char* kernel, Body body) {
   const int device = t.device().index;
   DeviceGuard guard(device);
   dispatch_floating(t.dtype(), [&](auto zero) { body(zero, stream(device)); });
   check_launch(kernel);
 }
 
-template <typename T>
-T* ptr(const Tensor& t) {
-  return data_or_null<T>(t);
-}
+template <typename T> T* ptr(const Tensor& t) { return data_or_null<T>(t); }
 
 struct CudaNnKernels final : kernels::NnKernels {
   void softmax_forward(const Tensor& x, const Tensor& y, int64_t rows, int64_t n, bool log) override {

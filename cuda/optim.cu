@@ -13,14 +13,12 @@ namespace {
 // Blocks per tensor of the sum of squares: each writes one partial sum.
 constexpr unsigned kPartialBlocks = 128;
 
-template <typename T>
-__global__ void sgd_kernel(T* p, const T* g, T* buffer, kernels::SgdUpdate update, int64_t n) {
+template <typename T> __global__ void sgd_kernel(T* p, const T* g, T* buffer, kernels::SgdUpdate update, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     update.apply(p[i], g[i], buffer ? buffer + i : nullptr);
 }
 
-template <typename T>
-__global__ void adam_kernel(T* p, const T* g, T* m, T* v, kernels::AdamUpdate update, int64_t n) {
+template <typename T> __global__ void adam_kernel(T* p, const T* g, T* m, T* v, kernels::AdamUpdate update, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     update.apply(p[i], g[i], m[i], v[i]);
 }
@@ -37,8 +35,7 @@ __device__ void block_sum(double* shared) {
 
 // partials[blockIdx.x] = Σ x² over the elements this block visits.  Launched
 // with kThreads threads per block.
-template <typename T>
-__global__ void squares_kernel(const T* x, Layout layout, int64_t n, double* partials) {
+template <typename T> __global__ void squares_kernel(const T* x, Layout layout, int64_t n, double* partials) {
   __shared__ double shared[kThreads];
   double sum = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -60,8 +57,7 @@ __global__ void total_kernel(const double* values, int64_t n, double* out) {
   if (threadIdx.x == 0) *out = shared[0];
 }
 
-template <typename T>
-__global__ void scale_kernel(T* x, Layout layout, double factor, int64_t n) {
+template <typename T> __global__ void scale_kernel(T* x, Layout layout, double factor, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     T& value = x[element_offset(layout, i)];
     value = static_cast<T>(double(value) * factor);
@@ -69,10 +65,7 @@ __global__ void scale_kernel(T* x, Layout layout, double factor, int64_t n) {
 }
 
 // Element pointer of a tensor's storage (a Layout carries the offset).
-template <typename T>
-T* storage_data(const Tensor& t) {
-  return static_cast<T*>(t.impl_shared()->storage->data);
-}
+template <typename T> T* storage_data(const Tensor& t) { return static_cast<T*>(t.impl_shared()->storage->data); }
 
 Layout layout_of(const Tensor& t, const char* op) { return make_layout(t.shape(), t.strides(), t.offset(), op); }
 

@@ -24,8 +24,7 @@ using kernels::ReduceDims;
 using kernels::ReduceOp;
 
 // sum, and mean with scale = 1/n: double partials, as the CPU accumulates in double.
-template <typename T>
-struct SumReducer {
+template <typename T> struct SumReducer {
   T* out;
   double scale;
   using State = double;
@@ -37,8 +36,7 @@ struct SumReducer {
 
 // log(sum(exp(x))): a running max m and sum(exp(x - m)), rescaled when m
 // grows (the CPU's one-pass step), and two partials merged at their larger max.
-template <typename T>
-struct LogSumExpReducer {
+template <typename T> struct LogSumExpReducer {
   T* out;
   struct State {
     double max;
@@ -69,8 +67,7 @@ struct LogSumExpReducer {
 // The first maximal (or minimal) element and its index.  A NaN beats every
 // number; between equals (two NaNs included) the lower index wins, so the
 // merge order does not matter.
-template <typename T, Extreme Which>
-struct ArgReducer {
+template <typename T, Extreme Which> struct ArgReducer {
   T* values;  // null when only the indices are wanted
   int32_t* indices;
   struct State {
@@ -101,8 +98,7 @@ struct ArgReducer {
 
 // The one reduction kernel.  x: contiguous [outer, n, inner].  blockDim.y is
 // a power of two and blockDim.x * blockDim.y == kThreads.
-template <typename T, typename Reducer>
-__global__ void reduce_kernel(const T* x, ReduceDims d, Reducer reducer) {
+template <typename T, typename Reducer> __global__ void reduce_kernel(const T* x, ReduceDims d, Reducer reducer) {
   using State = typename Reducer::State;
   __shared__ State partials[kThreads];  // [blockDim.y][blockDim.x]
   const int col = threadIdx.x, row = threadIdx.y, cols = blockDim.x;
@@ -146,8 +142,7 @@ void launch_reduce(const char* name, const Tensor& x, ReduceDims d, Reducer redu
 }
 
 // grad[o, r, i] = r == indices[o, i] ? g[o, i] : 0, one thread per element of grad.
-template <typename T>
-__global__ void scatter_kernel(const T* g, const int32_t* indices, ReduceDims d, T* grad) {
+template <typename T> __global__ void scatter_kernel(const T* g, const int32_t* indices, ReduceDims d, T* grad) {
   const int64_t total = d.outer * d.n * d.inner;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += step) {
@@ -158,8 +153,7 @@ __global__ void scatter_kernel(const T* g, const int32_t* indices, ReduceDims d,
 }
 
 // One thread per (o, c) line: n sequential steps, as the CPU adds them.
-template <typename T>
-__global__ void running_sum_kernel(const T* x, ReduceDims d, bool reverse, T* out) {
+template <typename T> __global__ void running_sum_kernel(const T* x, ReduceDims d, bool reverse, T* out) {
   const int64_t lines = d.outer * d.inner;
   const int64_t step_size = int64_t(gridDim.x) * blockDim.x;
   for (int64_t line = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; line < lines; line += step_size) {

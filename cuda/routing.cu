@@ -148,8 +148,7 @@ __global__ void record_index_error(const int32_t* indices, int64_t n, IndexCheck
 // 1024): store(i, sum of load(j) for j < i) for i in [0, n], so store(n, .)
 // gets the total (from thread 0).  Runs of blockDim.x values at a time: a warp
 // scan by shuffles, then a scan of the warp totals, plus the carry of earlier runs.
-template <typename Load, typename Store>
-__device__ void block_exclusive_scan(int64_t n, Load load, Store store) {
+template <typename Load, typename Store> __device__ void block_exclusive_scan(int64_t n, Load load, Store store) {
   __shared__ int32_t warp_totals[kWarp];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   int32_t carry = 0;
@@ -256,8 +255,7 @@ __global__ void route_scatter(const int32_t* chosen, int64_t pairs, int64_t chun
 // ---- selection -------------------------------------------------------------------
 
 // The strict order of cpu::topk_indices: NaN first, then larger values, then lower indices.
-template <typename T>
-__device__ bool ranks_before(T va, int32_t a, T vb, int32_t b) {
+template <typename T> __device__ bool ranks_before(T va, int32_t a, T vb, int32_t b) {
   const bool a_nan = isnan(va), b_nan = isnan(vb);
   if (a_nan != b_nan) return a_nan;
   if (!a_nan && va != vb) return va > vb;
@@ -268,8 +266,7 @@ __device__ bool ranks_before(T va, int32_t a, T vb, int32_t b) {
 // ranks first among those ranking after round j-1's pick (so no set of picked
 // entries is kept).  Each lane scans a strided share of the row; a butterfly
 // of shuffles leaves every lane with the warp's pick.
-template <typename T>
-__global__ void topk_kernel(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indices) {
+template <typename T> __global__ void topk_kernel(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indices) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t row = warp_index(); row < rows; row += warp_count()) {
     const T* v = x + row * n;
@@ -373,12 +370,10 @@ __global__ void row_dots_kernel(const T* a, const int32_t* a_row, const T* b, in
 constexpr int kTile = 64, kStep = 16, kGemmThreads = 256, kPerThread = kTile / 16;
 constexpr int kTileStride = kTile + 1;  // padding: fewer bank conflicts when a tile is stored along kk
 
-template <typename T>
-using StepTile = T[kStep][kTileStride];
+template <typename T> using StepTile = T[kStep][kTileStride];
 
 // A GroupedOperand on the device.
-template <typename T>
-struct DeviceRows {
+template <typename T> struct DeviceRows {
   const T* data;
   int64_t width;
   const int32_t* order;  // null: data is in grouped order
@@ -386,8 +381,7 @@ struct DeviceRows {
   __device__ const T* row(int64_t r) const { return data + (order ? int64_t(order[r] / k) : r) * width; }
 };
 
-template <typename T>
-DeviceRows<T> device_rows(const GroupedOperand& x) {
+template <typename T> DeviceRows<T> device_rows(const GroupedOperand& x) {
   return {x.data.data<T>(), x.data.size(1), data_or_null<int32_t>(x.order), x.k};
 }
 

@@ -68,8 +68,7 @@ void check_launch(const char* kernel);
 // The launch of a grid-stride kernel over `items` work items of t's floating
 // dtype: nothing when there are none, else launch(T{}, blocks, stream) on
 // t's device (T = float or double), then the launch check.
-template <typename Launch>
-void launch_floating(const Tensor& t, int64_t items, const char* kernel, Launch&& launch) {
+template <typename Launch> void launch_floating(const Tensor& t, int64_t items, const char* kernel, Launch&& launch) {
   if (items == 0) return;
   const int device = t.device().index;
   DeviceGuard guard(device);

@@ -33,8 +33,7 @@ inline double relative_iqr(const std::vector<double>& values) {
 }
 
 // Milliseconds for `reps` calls of fn.
-template <typename Fn>
-double time_ms(Fn& fn, int reps) {
+template <typename Fn> double time_ms(Fn& fn, int reps) {
   auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < reps; ++r) fn();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

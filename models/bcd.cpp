@@ -66,14 +66,10 @@ BlockCoordinateDescent::Block BlockCoordinateDescent::block(int64_t step) const 
 
 std::string BlockCoordinateDescent::block_kind(int64_t step) const {
   switch (block(step)) {
-    case Block::warm:
-      return "warm";
-    case Block::F:
-      return "F";
-    case Block::G:
-      return "G";
-    case Block::joint:
-      return "joint";
+    case Block::warm: return "warm";
+    case Block::F: return "F";
+    case Block::G: return "G";
+    case Block::joint: return "joint";
   }
   return "";
 }

@@ -41,8 +41,7 @@ AttentionChoice AttentionSpec::resolve(int64_t layer, AttentionRole role) const 
 
 namespace {
 
-template <typename E>
-using EnumNames = std::vector<std::pair<E, const char*>>;
+template <typename E> using EnumNames = std::vector<std::pair<E, const char*>>;
 
 const EnumNames<Activation>& names_of(Activation) {
   static const EnumNames<Activation> names = {{Activation::relu, "relu"},
@@ -67,8 +66,7 @@ const EnumNames<Pooling>& names_of(Pooling) {
 
 // Calls visit(name, field) for every serialised field of a ModelConfig (const
 // or not), so writing, reading and comparing share one list.
-template <typename Config, typename Visit>
-void visit_fields(Config& c, Visit&& visit) {
+template <typename Config, typename Visit> void visit_fields(Config& c, Visit&& visit) {
   visit("vocab", c.vocab);
   visit("src_vocab", c.src_vocab);
   visit("dim", c.dim);
@@ -99,8 +97,7 @@ std::string format(double v) {
   std::snprintf(buf, sizeof buf, "%.17g", v);  // 17 digits: the double reads back exactly
   return buf;
 }
-template <typename E>
-std::string format(E v) {
+template <typename E> std::string format(E v) {
   for (const auto& [value, name] : names_of(v))
     if (value == v) return name;
   HEADROOM_FAIL("[ModelConfig] enum value without a name");
@@ -130,8 +127,7 @@ void parse(const std::string& what, const std::string& text, bool& out) {
   else if (text == "false" || text == "0") out = false;
   else bad_value(what, text, "true/false");
 }
-template <typename E>
-void parse(const std::string& what, const std::string& text, E& out) {
+template <typename E> void parse(const std::string& what, const std::string& text, E& out) {
   std::string allowed;
   for (const auto& [value, name] : names_of(out)) {
     if (text == name) {
@@ -283,12 +279,9 @@ void OptionReader::check_all_used() const {
 
 const char* role_name(AttentionRole role) {
   switch (role) {
-    case AttentionRole::encoder_self:
-      return "encoder_self";
-    case AttentionRole::decoder_self:
-      return "decoder_self";
-    case AttentionRole::cross:
-      return "cross";
+    case AttentionRole::encoder_self: return "encoder_self";
+    case AttentionRole::decoder_self: return "decoder_self";
+    case AttentionRole::cross: return "cross";
   }
   HEADROOM_FAIL("[role_name] unknown attention role");
 }
@@ -304,8 +297,7 @@ const std::vector<std::string> kMoHScaling = {"code", "paper"}, kMoHRouter = {"l
                                kMoHBalancePadding = {"include", "exclude"};
 
 // options[key] as the enum whose values are named `names`; throws listing them otherwise.
-template <typename E>
-E choose(OptionReader& options, const std::string& key, const std::vector<std::string>& names) {
+template <typename E> E choose(OptionReader& options, const std::string& key, const std::vector<std::string>& names) {
   const std::string value = options.get_string(key, names.front());
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == value) return static_cast<E>(i);
@@ -313,8 +305,7 @@ E choose(OptionReader& options, const std::string& key, const std::vector<std::s
   for (const std::string& n : names) allowed += (allowed.empty() ? "" : ", ") + n;
   HEADROOM_FAIL("[make_attention] option ", key, "='", value, "' is not one of: ", allowed);
 }
-template <typename E>
-std::string name_of(E value, const std::vector<std::string>& names) {
+template <typename E> std::string name_of(E value, const std::vector<std::string>& names) {
   return names.at(static_cast<size_t>(value));
 }
 

@@ -40,14 +40,10 @@ Tensor Dropout::forward(const Tensor& x) const { return dropout(x, p, is_trainin
 
 Tensor activate(const Tensor& x, Activation activation) {
   switch (activation) {
-    case Activation::relu:
-      return relu(x);
-    case Activation::gelu:
-      return gelu(x, GeluApprox::erf);
-    case Activation::gelu_tanh:
-      return gelu(x, GeluApprox::tanh);
-    case Activation::silu:
-      return silu(x);
+    case Activation::relu: return relu(x);
+    case Activation::gelu: return gelu(x, GeluApprox::erf);
+    case Activation::gelu_tanh: return gelu(x, GeluApprox::tanh);
+    case Activation::silu: return silu(x);
   }
   HEADROOM_FAIL("[activate] unknown activation");
 }

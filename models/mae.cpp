@@ -149,12 +149,9 @@ GateInput MAEAttention::resolve_gate_input(const AttentionInput& in) const {
 bool MAEAttention::sample_per_token(GateInput source) const {
   const bool per_token_gate = source == GateInput::prefix_mean;
   switch (mae_config.sample_per) {
-    case MAEConfig::SamplePer::auto_:
-      return per_token_gate;
-    case MAEConfig::SamplePer::token:
-      return true;
-    case MAEConfig::SamplePer::sequence:
-      break;
+    case MAEConfig::SamplePer::auto_: return per_token_gate;
+    case MAEConfig::SamplePer::token: return true;
+    case MAEConfig::SamplePer::sequence: break;
   }
   HEADROOM_CHECK(
       !per_token_gate,
@@ -167,12 +164,8 @@ Tensor MAEAttention::responsibilities(const AttentionInput& in) {
                  "[MAEAttention] expected x of shape [B, T, ", config.dim, "]");
   Tensor summary;
   switch (resolve_gate_input(in)) {
-    case GateInput::prefix_mean:
-      summary = prefix_mean(in);
-      break;
-    case GateInput::source_mean:
-      summary = source_mean(in);
-      break;
+    case GateInput::prefix_mean: summary = prefix_mean(in); break;
+    case GateInput::source_mean: summary = source_mean(in); break;
     default:
       summary =
           masked_mean(in.x, real_positions(x_padding(in), in.x.size(0), in.x.size(1), in.x.dtype(), in.x.device()));

@@ -41,8 +41,7 @@ class Module {
   // Marks the tensor requires_grad (it must be a floating-point leaf) and returns it.
   Tensor register_parameter(const std::string& name, Tensor value);
   Tensor register_buffer(const std::string& name, Tensor value);
-  template <typename M>
-  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+  template <typename M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module);
     return module;
   }
@@ -96,8 +95,7 @@ class Module {
 // A module whose children are named "0", "1", ... in the order they are added.
 class ModuleList : public Module {
  public:
-  template <typename M>
-  std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
+  template <typename M> std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
     return register_module(std::to_string(children().size()), std::move(module));
   }
   size_t size() const { return children().size(); }
@@ -106,8 +104,7 @@ class ModuleList : public Module {
     return children()[i].second;
   }
   // The i-th child as its concrete type; throws when it is of another type.
-  template <typename M>
-  std::shared_ptr<M> at(size_t i) const {
+  template <typename M> std::shared_ptr<M> at(size_t i) const {
     auto typed = std::dynamic_pointer_cast<M>((*this)[i]);
     HEADROOM_CHECK(typed != nullptr, "[ModuleList] child ", i, " is not of the requested type");
     return typed;
@@ -116,8 +113,7 @@ class ModuleList : public Module {
 
 // Every descendant of `root` (depth first, registration order) that is an M,
 // e.g. collect_modules<MAEAttention>(model) for MAE's BCD trainer.
-template <typename M>
-std::vector<std::shared_ptr<M>> collect_modules(const Module& root) {
+template <typename M> std::vector<std::shared_ptr<M>> collect_modules(const Module& root) {
   std::vector<std::shared_ptr<M>> found;
   for (const auto& [name, child] : root.children()) {
     if (auto typed = std::dynamic_pointer_cast<M>(child)) found.push_back(typed);

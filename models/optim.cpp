@@ -186,8 +186,7 @@ AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, 
 
 namespace {
 // Calls fn(element&) for every element of an f32 or f64 CPU tensor, any strides.
-template <typename Fn>
-void for_each_element(const Tensor& t, Fn&& fn) {
+template <typename Fn> void for_each_element(const Tensor& t, Fn&& fn) {
   auto walk = [&](auto* data) { for_each_offset(t.shape(), t.strides(), 0, [&](int64_t off) { fn(data[off]); }); };
   if (t.dtype() == DType::f32) walk(t.data<float>());
   else walk(t.data<double>());

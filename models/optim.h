@@ -65,8 +65,7 @@ class Optimizer {
   // The loop every step() shares: counts the step, then for each parameter
   // with a gradient calls fn(index, contiguous gradient, T{}) with T the
   // parameter's element type, under NoGradGuard, and bumps the version.
-  template <typename Fn>
-  void update_each(Fn&& fn);
+  template <typename Fn> void update_each(Fn&& fn);
 
   const char* name_;
 
@@ -148,8 +147,7 @@ struct InverseSqrt {
 
 // ---- template definitions ----------------------------------------------
 
-template <typename Fn>
-void Optimizer::update_each(Fn&& fn) {
+template <typename Fn> void Optimizer::update_each(Fn&& fn) {
   NoGradGuard no_grad;
   ++steps_;
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -78,8 +78,7 @@ LayerBatch read_layer(const RoutingStats& stats, int64_t layer, int64_t rows) {
 }
 
 // A 1-D per-row tensor (tokens or valid) of the add(), or an empty vector when undefined.
-template <typename T>
-std::vector<T> read_rows(const Tensor& t, DType dtype, const char* what) {
+template <typename T> std::vector<T> read_rows(const Tensor& t, DType dtype, const char* what) {
   if (!t.defined()) return {};
   check_dtype("RoutingRecorder", t, dtype, what);
   HEADROOM_CHECK(t.dim() == 1, "[RoutingRecorder] ", what, " ", shape_str(t.shape()), ", expected [N]");
@@ -104,8 +103,7 @@ std::string format_double(double value) {
 std::string json_string(const std::string& s) { return json::dump(json::Value(s)); }
 
 // "[f(items[0]),f(items[1]),...]"
-template <typename T, typename F>
-std::string json_list(const std::vector<T>& items, F&& item_text) {
+template <typename T, typename F> std::string json_list(const std::vector<T>& items, F&& item_text) {
   std::string s = "[";
   for (size_t i = 0; i < items.size(); ++i) s += (i ? "," : "") + item_text(items[i]);
   return s + "]";

@@ -92,8 +92,7 @@ TransformerBlock::TransformerBlock(const BlockConfig& block_config, std::shared_
   drop = register_module("drop", std::make_shared<Dropout>(config.dropout, gen));
 }
 
-template <typename F>
-Tensor TransformerBlock::residual(const Tensor& x, const LayerNorm& layer_norm, F&& f) const {
+template <typename F> Tensor TransformerBlock::residual(const Tensor& x, const LayerNorm& layer_norm, F&& f) const {
   if (config.norm == NormPlacement::pre) return x + drop->forward(f(layer_norm.forward(x)));
   return layer_norm.forward(x + drop->forward(f(x)));
 }

@@ -99,8 +99,7 @@ class TransformerBlock : public Module {
 
  private:
   // One residual branch around `f` with its norm, in the configured placement.
-  template <typename F>
-  Tensor residual(const Tensor& x, const LayerNorm& layer_norm, F&& f) const;
+  template <typename F> Tensor residual(const Tensor& x, const LayerNorm& layer_norm, F&& f) const;
 };
 
 // ---- shared model pieces ------------------------------------------------------

@@ -251,8 +251,7 @@ Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, in
 // order) token rows [N, width] read through a plan's order, k slots per token.
 using Rows = kernels::GroupedOperand;
 
-template <typename T>
-cpu::GroupedRows<T> grouped_rows(const Rows& x) {
+template <typename T> cpu::GroupedRows<T> grouped_rows(const Rows& x) {
   return {x.data.data<T>(), x.data.size(1), data_or_null<int32_t>(x.order), x.k};
 }
 

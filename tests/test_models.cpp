@@ -45,8 +45,7 @@ struct Learned {
   double loss = 0, seconds = 0;
 };
 
-template <typename Batch>
-Learned train(Module& model, const ModelConfig& c, int steps, Batch&& batch) {
+template <typename Batch> Learned train(Module& model, const ModelConfig& c, int steps, Batch&& batch) {
   const auto start = std::chrono::steady_clock::now();
   const int threads = num_threads();
   set_num_threads(1);  // the time limit is for one core

@@ -486,8 +486,7 @@ TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter match per-r
 }
 
 // n values uniform in [-0.5, 0.5) from gen, for the kernel checks below.
-template <typename T>
-std::vector<T> uniform_values(Generator& gen, int64_t n) {
+template <typename T> std::vector<T> uniform_values(Generator& gen, int64_t n) {
   std::vector<T> v(n);
   for (T& x : v) x = T(gen.next_uniform() - 0.5);
   return v;
@@ -496,8 +495,7 @@ std::vector<T> uniform_values(Generator& gen, int64_t n) {
 // The CPU kernel under gather_segment_matmul and segment_matmul_scatter,
 // against a loop: row tiles and column panels with remainders, gathered and
 // scattered rows, scales, stored and added rows, and an empty depth.
-template <typename T>
-void check_indexed_gemm(int64_t depth, int64_t width) {
+template <typename T> void check_indexed_gemm(int64_t depth, int64_t width) {
   CAPTURE(depth);
   CAPTURE(width);
   const int64_t rows = 13, a_height = 17, c_height = 19, lda = depth + 2, ldc = width + 3;
@@ -544,8 +542,7 @@ void check_indexed_gemm(int64_t depth, int64_t width) {
 // counts below, at and past one tile (with an overlapping last tile), widths
 // with columns past the last panel, an empty depth and one of two depth
 // blocks.
-template <typename T>
-void check_indexed_gemm_tn(int64_t depth, int64_t rows, int64_t width) {
+template <typename T> void check_indexed_gemm_tn(int64_t depth, int64_t rows, int64_t width) {
   CAPTURE(depth);
   CAPTURE(rows);
   CAPTURE(width);

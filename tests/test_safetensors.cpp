@@ -29,8 +29,7 @@ std::string u64_le(uint64_t v) {
   return s;
 }
 
-template <typename T>
-std::string raw(const std::vector<T>& values) {
+template <typename T> std::string raw(const std::vector<T>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
 }
 

@@ -78,8 +78,7 @@ bool is_period_or_comma(char c) { return c == '.' || c == ','; }
 // i and returns its length, or returns 0 (the byte is copied).  Working on
 // bytes instead of code points gives the same result: the patterns' ASCII
 // characters never occur inside a multi-byte UTF-8 character.
-template <typename Rule>
-std::string substitute(const std::string& text, Rule rule) {
+template <typename Rule> std::string substitute(const std::string& text, Rule rule) {
   std::string out;
   out.reserve(text.size() * 2);
   for (size_t i = 0; i < text.size();) {

@@ -22,8 +22,7 @@ bool is_image_file(const fs::path& path) {
 }
 
 // The sorted entries of `dir` that satisfy `keep`.
-template <typename Keep>
-std::vector<fs::path> sorted_entries(const fs::path& dir, Keep keep) {
+template <typename Keep> std::vector<fs::path> sorted_entries(const fs::path& dir, Keep keep) {
   std::vector<fs::path> entries;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir))
     if (keep(entry)) entries.push_back(entry.path());

@@ -91,8 +91,7 @@ class LmTask : public ModelTask<DecoderLM> {
   }
 
   // Consecutive validation windows (stride T), B at a time, up to eval_tokens.
-  template <typename Fn>
-  void for_each_valid_batch(Fn&& fn) const {
+  template <typename Fn> void for_each_valid_batch(Fn&& fn) const {
     const int64_t span = lm_.context + 1;
     int64_t windows = (int64_t(valid_ids_.size()) - 1) / lm_.context;
     if (lm_.eval_tokens > 0) windows = std::max<int64_t>(1, std::min(windows, lm_.eval_tokens / lm_.context));

@@ -42,8 +42,7 @@ ByteClass byte_class(char byte) {
 
 // Calls visit(begin, length) for each piece of `text`, in order (the pieces
 // tile the text): " word", "word", " 123", "...", or a whitespace run.
-template <typename Visit>
-void for_each_piece(const std::string& text, Visit visit) {
+template <typename Visit> void for_each_piece(const std::string& text, Visit visit) {
   const size_t n = text.size();
   size_t i = 0;
   while (i < n) {

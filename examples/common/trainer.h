@@ -109,8 +109,7 @@ class TrainTask {
 // that depend on the data (vocabulary, image size, classes).  train() moves
 // the model to --device; the task builds batches on the CPU and sends them
 // after it with on_model_device().
-template <typename M>
-class ModelTask : public TrainTask {
+template <typename M> class ModelTask : public TrainTask {
  public:
   ModelTask(const ModelConfig& config, uint64_t seed) : config_(config), gen_(seed), seed_(seed) {}
   Module& model() override { return *model_; }

@@ -19,8 +19,7 @@ namespace headroom::cpu {
 
 namespace {
 
-template <typename T>
-constexpr T kInf = std::numeric_limits<T>::infinity();
+template <typename T> constexpr T kInf = std::numeric_limits<T>::infinity();
 
 // C[m, n] = alpha * op(A) * op(B) + beta * C, row-major, on the calling thread.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
@@ -41,8 +40,7 @@ int64_t causal_extent(const AttentionProblem& p, int64_t pos) {
 }
 
 // One tile: `rows` consecutive query rows of a group, sorted by position.
-template <typename T>
-struct Tile {
+template <typename T> struct Tile {
   int64_t row0 = 0, rows = 0;  // rows [row0, row0 + rows) of q
   int64_t batch = 0, head = 0;
   const T* k = nullptr;  // [S, d_h] keys of the tile's K/V sequence, rows p.kv_strides[2] apart
@@ -65,10 +63,7 @@ Tile<T> make_tile(const AttentionProblem& p, const AttentionGroup& g, int64_t ro
 }
 
 // Work of a tile, for ordering the heaviest first.
-template <typename T>
-int64_t tile_cost(const Tile<T>& tile) {
-  return tile.rows * std::max<int64_t>(tile.num_keys, 1);
-}
+template <typename T> int64_t tile_cost(const Tile<T>& tile) { return tile.rows * std::max<int64_t>(tile.num_keys, 1); }
 
 // Threads for a pass of `cost` tile rows × keys: one when the work is too
 // small to pay for waking a team (tens of microseconds when the other cores are busy).
@@ -78,8 +73,7 @@ int threads_for(const AttentionProblem& p, int64_t cost) {
 }
 
 // Per-thread buffers, each one score block [kQueryTile, kKeyBlock].
-template <typename T>
-struct Scratch {
+template <typename T> struct Scratch {
   explicit Scratch(const AttentionProblem& p)
       : rows_in(p.row_of ? kQueryTile * p.d_h : 0), grad_rows_in(rows_in.size()), rows_out(rows_in.size()) {}
   std::vector<T> rows_in, grad_rows_in, rows_out;  // a tile's rows of q, dout and out/dq when p.row_of reorders
@@ -95,8 +89,7 @@ int64_t caller_row(const AttentionProblem& p, int64_t r) { return p.row_of ? p.r
 
 // The tile's rows of x [R, d_h] (caller's order) as one contiguous [rows, d_h]
 // block: in place, or copied into `buffer` when p.row_of reorders.
-template <typename T>
-const T* load_rows(const AttentionProblem& p, const Tile<T>& tile, const T* x, T* buffer) {
+template <typename T> const T* load_rows(const AttentionProblem& p, const Tile<T>& tile, const T* x, T* buffer) {
   const int64_t d = p.d_h;
   if (!p.row_of) return x + tile.row0 * d;
   for (int64_t i = 0; i < tile.rows; ++i) std::copy_n(x + caller_row(p, tile.row0 + i) * d, d, buffer + i * d);
@@ -105,13 +98,11 @@ const T* load_rows(const AttentionProblem& p, const Tile<T>& tile, const T* x, T
 
 // Where the tile's output rows [rows, d_h] accumulate: x's rows in place, or
 // `buffer`, which store_rows then copies to the caller's rows.
-template <typename T>
-T* output_rows(const AttentionProblem& p, const Tile<T>& tile, T* x, T* buffer) {
+template <typename T> T* output_rows(const AttentionProblem& p, const Tile<T>& tile, T* x, T* buffer) {
   return p.row_of ? buffer : x + tile.row0 * p.d_h;
 }
 
-template <typename T>
-void store_rows(const AttentionProblem& p, const Tile<T>& tile, const T* rows, T* x) {
+template <typename T> void store_rows(const AttentionProblem& p, const Tile<T>& tile, const T* rows, T* x) {
   const int64_t d = p.d_h;
   if (!p.row_of) return;
   for (int64_t i = 0; i < tile.rows; ++i) std::copy_n(rows + i * d, d, x + caller_row(p, tile.row0 + i) * d);
@@ -151,8 +142,7 @@ void apply_dropout(const AttentionProblem& p, const Tile<T>& tile, int64_t s0, i
 }
 
 // x[j] = exp(x[j] - shift).
-template <typename T>
-void exp_shifted(T* x, int64_t n, T shift) {
+template <typename T> void exp_shifted(T* x, int64_t n, T shift) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) x[j] -= shift;
   exp_inplace(x, n);
@@ -161,8 +151,7 @@ void exp_shifted(T* x, int64_t n, T shift) {
 // One online-softmax step for one row: turns the row's scores into
 // exp(score - running max), updates the running max and sum, and rescales the
 // row's output accumulator [d] to the new max.
-template <typename T>
-void online_softmax_row(T* x, int64_t n, T& running_max, T& running_sum, T* acc, int64_t d) {
+template <typename T> void online_softmax_row(T* x, int64_t n, T& running_max, T& running_sum, T* acc, int64_t d) {
   const T new_max = max_of(x, n, running_max);
   if (new_max == -kInf<T>) {  // nothing visible yet: no weight on these keys
     std::fill(x, x + n, T(0));
@@ -181,8 +170,7 @@ void online_softmax_row(T* x, int64_t n, T& running_max, T& running_sum, T* acc,
 // form a prefix: a routed tile, whose rows are scattered over the sequence,
 // multiplies only its live suffix against each later key block instead of
 // computing (and masking) scores for rows that cannot see it.
-template <typename T>
-Tile<T> rows_seeing(const AttentionProblem& p, const Tile<T>& tile, int64_t s0) {
+template <typename T> Tile<T> rows_seeing(const AttentionProblem& p, const Tile<T>& tile, int64_t s0) {
   Tile<T> live = tile;
   while (live.rows > 0 && causal_extent(p, p.positions[live.row0]) <= s0) ++live.row0, --live.rows;
   return live;

@@ -19,20 +19,11 @@ namespace {
 
 // One 256-bit vector of T (8 floats or 4 doubles) as a GCC/Clang vector type:
 // AVX2 FMAs in the AVX2 and AVX-512 clones (cpu_dispatch.h), pairs of SSE operations in baseline code.
-template <typename T>
-struct Vector;
-template <>
-struct Vector<float> {
-  typedef float type __attribute__((vector_size(32)));
-};
-template <>
-struct Vector<double> {
-  typedef double type __attribute__((vector_size(32)));
-};
-template <typename T>
-using Vec = typename Vector<T>::type;
-template <typename T>
-constexpr int64_t kLanes = int64_t(sizeof(Vec<T>) / sizeof(T));
+template <typename T> struct Vector;
+template <> struct Vector<float> { typedef float type __attribute__((vector_size(32))); };
+template <> struct Vector<double> { typedef double type __attribute__((vector_size(32))); };
+template <typename T> using Vec = typename Vector<T>::type;
+template <typename T> constexpr int64_t kLanes = int64_t(sizeof(Vec<T>) / sizeof(T));
 
 // 6 rows x 2 vectors: 12 accumulators, plus b's two vectors and one broadcast
 // of a, fit in the 16 vector registers of AVX2.
@@ -40,33 +31,24 @@ constexpr int64_t kTileRows = 6;
 // indexed_gemm_tn's longest block of the summed dimension.
 constexpr int64_t kMaxDepthBlock = 512;
 
-template <typename T>
-Vec<T> load(const T* from) {
+template <typename T> Vec<T> load(const T* from) {
   Vec<T> v;
   std::memcpy(&v, from, sizeof v);
   return v;
 }
 
-template <typename T>
-void store(T* to, const Vec<T>& v) {
-  std::memcpy(to, &v, sizeof v);
-}
+template <typename T> void store(T* to, const Vec<T>& v) { std::memcpy(to, &v, sizeof v); }
 
-template <typename T>
-const T* a_row(const IndexedRows<T>& p, int64_t i) {
+template <typename T> const T* a_row(const IndexedRows<T>& p, int64_t i) {
   return p.a + (p.a_rows ? int64_t(p.a_rows[i]) : i) * p.lda;
 }
 
-template <typename T>
-T* c_row(const IndexedRows<T>& p, int64_t i) {
+template <typename T> T* c_row(const IndexedRows<T>& p, int64_t i) {
   return p.c + (p.c_rows ? int64_t(p.c_rows[i]) : i) * p.ldc;
 }
 
 // Whether row i adds to its c row rather than storing into it.
-template <typename T>
-bool adds(const IndexedRows<T>& p, int64_t i) {
-  return p.add && p.add[i];
-}
+template <typename T> bool adds(const IndexedRows<T>& p, int64_t i) { return p.add && p.add[i]; }
 
 // The register tile: acc[i] = Σ_kk a(i, kk) · b(kk)[0 : 2 kLanes) for the 6
 // rows i, handed to finish(acc).  a(i, kk) is a scalar, b(kk) points at the
@@ -134,8 +116,7 @@ void tail_columns(const IndexedRows<T>& p, int64_t rows, const T* b, int64_t dep
 }
 
 // Row kk of an operand of indexed_gemm_tn.
-template <typename T>
-const T* depth_row(const T* x, int64_t ld, const int32_t* rows, int64_t kk) {
+template <typename T> const T* depth_row(const T* x, int64_t ld, const int32_t* rows, int64_t kk) {
   return x + (rows ? int64_t(rows[kk]) : kk) * ld;
 }
 

@@ -17,8 +17,7 @@ namespace headroom::cpu {
 // a_row(i) is a_rows[i], or i when a_rows is null; c_row likewise; scale null: 1.
 // Rows i read a row `depth` wide, b is [depth, width] row-major, and c rows
 // are `width` wide; lda and ldc are the strides between a's and c's rows.
-template <typename T>
-struct IndexedRows {
+template <typename T> struct IndexedRows {
   const T* a = nullptr;
   int64_t lda = 0;
   const int32_t* a_rows = nullptr;
@@ -34,8 +33,7 @@ void indexed_gemm(const IndexedRows<T>& rows_of, int64_t rows, const T* b, int64
 
 // An operand of indexed_gemm_tn, read row by row along the summed dimension:
 // row kk is data + rows[kk]·ld (rows null: data + kk·ld).
-template <typename T>
-struct DepthRows {
+template <typename T> struct DepthRows {
   const T* data = nullptr;
   int64_t ld = 0;
   const int32_t* rows = nullptr;

@@ -94,8 +94,7 @@ void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, cons
   for (int64_t i = 0; i < items; ++i) item(i);
 }
 
-template <typename T>
-void sum_rows(const T* g, int64_t rows, int64_t cols, T* out) {
+template <typename T> void sum_rows(const T* g, int64_t rows, int64_t cols, T* out) {
   std::fill(out, out + cols, T(0));
   for (int64_t i = 0; i < rows; ++i)  // row by row: contiguous reads and writes
     for (int64_t j = 0; j < cols; ++j) out[j] += g[i * cols + j];

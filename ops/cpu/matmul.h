@@ -23,7 +23,6 @@ void batched_gemm(int64_t m, int64_t n, int64_t k, const MatrixStack<T>& a, cons
                   T* c);
 
 // out[j] = sum over i of g[i, j].   g: [rows, cols] contiguous   out: [cols]
-template <typename T>
-void sum_rows(const T* g, int64_t rows, int64_t cols, T* out);
+template <typename T> void sum_rows(const T* g, int64_t rows, int64_t cols, T* out);
 
 }  // namespace headroom::cpu

@@ -15,18 +15,13 @@ namespace headroom::cpu {
 
 namespace {
 
-template <typename T>
-constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+template <typename T> constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-template <typename T>
-T row_max(const T* x, int64_t n) {
-  return max_of(x, n, kNegInf<T>);
-}
+template <typename T> T row_max(const T* x, int64_t n) { return max_of(x, n, kNegInf<T>); }
 
 // log(sum(exp(x))), shifted by the row max so that exp never overflows.
 // -inf for a row of all -inf.
-template <typename T>
-T row_logsumexp(const T* x, int64_t n) {
+template <typename T> T row_logsumexp(const T* x, int64_t n) {
   const T top = row_max(x, n);
   if (top == kNegInf<T>) return top;
   T sum = 0;
@@ -39,8 +34,7 @@ T row_logsumexp(const T* x, int64_t n) {
 
 // ---- softmax / log_softmax -------------------------------------------------
 
-template <typename T>
-void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
+template <typename T> void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
   const int64_t block = rows_per_block(n), blocks = (rows + block - 1) / block;
   parallel_for(blocks, rows * n > kParallelMin, [&](int64_t b) {
     const int64_t first = b * block, count = std::min(block, rows - first);
@@ -69,8 +63,7 @@ void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
   });
 }
 
-template <typename T>
-void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, bool log) {
+template <typename T> void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, bool log) {
   parallel_for(rows, rows * n > kParallelMin, [&](int64_t r) {
     const T* yr = y + r * n;  // [n]
     const T* gr = dy + r * n;

@@ -10,13 +10,11 @@ namespace headroom::cpu {
 // ---- softmax / log_softmax over the last dimension ----------------------
 // x, y: [rows, n].  `log` selects log_softmax.  A row of all -inf gives
 // softmax 0 and log_softmax -inf (not NaN).
-template <typename T>
-void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log);
+template <typename T> void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log);
 // y: the forward output, dy: its gradient, dx: [rows, n].
 //   softmax:      dx = y * (dy - sum(dy * y))
 //   log_softmax:  dx = dy - exp(y) * sum(dy)
-template <typename T>
-void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, bool log);
+template <typename T> void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, bool log);
 
 // ---- layer_norm (center = true) and rms_norm (center = false) ----------
 // x, y: [rows, d]; weight, bias: [d] or null (no affine); mean, rstd: [rows].
@@ -34,13 +32,11 @@ void norm_backward(const T* x, const T* weight, const T* mean, const T* rstd, co
 // y[i] = x[i] * scale when uniform(seed, first + i) >= p, else 0; n elements.
 // The mask is a pure function of (seed, first + i), so the backward applies
 // the same kernel to the gradient instead of storing the mask.
-template <typename T>
-void dropout_apply(const T* x, T* y, int64_t n, uint64_t seed, uint64_t first, double p, T scale);
+template <typename T> void dropout_apply(const T* x, T* y, int64_t n, uint64_t seed, uint64_t first, double p, T scale);
 
 // ---- embedding ------------------------------------------------------------
 // weight: [V, d]; indices: [count], already checked to lie in [0, V); out: [count, d].
-template <typename T>
-void embedding_forward(const T* weight, const int32_t* indices, T* out, int64_t count, int64_t d);
+template <typename T> void embedding_forward(const T* weight, const int32_t* indices, T* out, int64_t count, int64_t d);
 // dweight: [V, d], zero-filled by the caller; dy: [count, d].  Rows are added
 // in index order, so repeated indices sum deterministically.
 template <typename T>

@@ -16,8 +16,7 @@ namespace {
 // acc.init() starts a state, acc.step(state, value, r) folds element r in,
 // acc.store(j, state) writes the output.  Outputs are independent: threads
 // split them.
-template <typename T, typename Acc>
-void reduce_slices(const Tensor& x, ReduceDims d, const Acc& acc) {
+template <typename T, typename Acc> void reduce_slices(const Tensor& x, ReduceDims d, const Acc& acc) {
   const T* data = x.data<T>();  // [outer, n, inner]
   const int64_t outputs = d.outer * d.inner;
   parallel_for(outputs, outputs * d.n >= kParallelMin, [&](int64_t j) {
@@ -30,8 +29,7 @@ void reduce_slices(const Tensor& x, ReduceDims d, const Acc& acc) {
 
 // sum, and mean with scale = 1/n.  Accumulates in double, so f32 sums of many
 // elements keep their precision.
-template <typename T>
-struct SumAcc {
+template <typename T> struct SumAcc {
   T* out;
   double scale;
   double init() const { return 0; }
@@ -41,8 +39,7 @@ struct SumAcc {
 
 // log(sum(exp(x))) in one stable pass: the state is the running max m and
 // sum(exp(x - m)), rescaled whenever m grows, so no exp overflows.
-template <typename T>
-struct LogSumExpAcc {
+template <typename T> struct LogSumExpAcc {
   T* out;
   struct State {
     double max = -INFINITY;
@@ -67,8 +64,7 @@ struct LogSumExpAcc {
 // one-pass accumulator above calls std::exp once or twice per element (3x
 // slower on [1024, 8]).  NaN anywhere gives NaN, +inf gives +inf, all -inf
 // (or an empty slice) gives -inf, as there.
-template <typename T>
-void logsumexp_rows(const T* x, int64_t rows, int64_t n, T* out) {
+template <typename T> void logsumexp_rows(const T* x, int64_t rows, int64_t n, T* out) {
   const int64_t block = rows_per_block(n), blocks = (rows + block - 1) / block;
   struct Scratch {
     std::vector<T> shifted, top;  // exp(row - max) for a block of rows, and the maxima
@@ -95,8 +91,7 @@ void logsumexp_rows(const T* x, int64_t rows, int64_t n, T* out) {
 
 // The first maximal (or minimal) element and its index.  A NaN beats every
 // number, and the first NaN stays.
-template <typename T, Extreme Which>
-struct ArgAcc {
+template <typename T, Extreme Which> struct ArgAcc {
   T* values;  // null when only the indices are wanted
   int32_t* indices;
   struct State {

@@ -46,8 +46,7 @@ constexpr int64_t kWholeSegment = std::numeric_limits<int64_t>::max();
 
 // The token rows of grouped rows [first, first + rows) of x (x.order set),
 // order[r] / k, in the calling thread's i32 buffer `slot`.
-template <typename T>
-const int32_t* token_rows(const GroupedRows<T>& x, int64_t first, int64_t rows, int slot) {
+template <typename T> const int32_t* token_rows(const GroupedRows<T>& x, int64_t first, int64_t rows, int slot) {
   int32_t* tokens = thread_buffer<int32_t>(slot, rows);
   for (int64_t i = 0; i < rows; ++i) tokens[i] = int32_t(x.order[first + i] / x.k);
   return tokens;
@@ -55,8 +54,7 @@ const int32_t* token_rows(const GroupedRows<T>& x, int64_t first, int64_t rows, 
 
 // Grouped rows [first, first + rows) of x as one contiguous [rows, width]
 // block: in place, or gathered into the calling thread's buffer `slot`.
-template <typename T>
-const T* tile_rows(const GroupedRows<T>& x, int64_t first, int64_t rows, int slot) {
+template <typename T> const T* tile_rows(const GroupedRows<T>& x, int64_t first, int64_t rows, int slot) {
   if (!x.order) return x.data + first * x.width;
   T* tile = thread_buffer<T>(slot, rows * x.width);
   for (int64_t i = 0; i < rows; ++i) {
@@ -107,8 +105,7 @@ void run_heaviest_first(std::vector<Item> items, Cost&& cost, Fn&& fn) {
 
 // Calls fn(e, first_row, rows) once per tile of at most `tile` rows of every
 // non-empty segment, in parallel (run_heaviest_first).
-template <typename Fn>
-void for_each_segment_tile(const int32_t* offsets, int64_t segments, int64_t tile, Fn&& fn) {
+template <typename Fn> void for_each_segment_tile(const int32_t* offsets, int64_t segments, int64_t tile, Fn&& fn) {
   struct Tile {
     int64_t segment, first, rows;
   };
@@ -126,8 +123,7 @@ void for_each_segment_tile(const int32_t* offsets, int64_t segments, int64_t til
 // index j, in increasing order, is inserted into the sorted best k so far.
 // ranks_before(j, i), asked only for j > i, says whether j ranks before i
 // (false on a tie, which the lower index wins).
-template <typename Before>
-void insert_top_k(int64_t n, int64_t k, int32_t* best, Before&& ranks_before) {
+template <typename Before> void insert_top_k(int64_t n, int64_t k, int32_t* best, Before&& ranks_before) {
   int64_t kept = 0;
   for (int32_t j = 0; j < int32_t(n); ++j) {
     if (kept == k && !ranks_before(j, best[k - 1])) continue;
@@ -140,8 +136,7 @@ void insert_top_k(int64_t n, int64_t k, int32_t* best, Before&& ranks_before) {
 // Rows without NaN, the usual case, are ranked by plain comparisons: 1.2-1.4x
 // faster than testing every comparison for NaN (top-2 of [1024, 8]: 20.5 ->
 // 14.4 us; of [16384, 64]: 3.9 -> 3.3 ms, one thread).
-template <typename T>
-bool has_nan(const T* v, int64_t n) {
+template <typename T> bool has_nan(const T* v, int64_t n) {
   bool nan = false;
   for (int64_t j = 0; j < n; ++j) nan |= std::isnan(v[j]);
   return nan;
@@ -149,8 +144,7 @@ bool has_nan(const T* v, int64_t n) {
 
 }  // namespace
 
-template <typename T>
-void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indices) {
+template <typename T> void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indices) {
   // Per thread: the candidate indices of a row for the partial sort, reused across rows.
   auto make_candidates = [n] { return std::vector<int32_t>(n); };
   parallel_for(rows, rows * n >= kParallelTopK, make_candidates, [&](std::vector<int32_t>& candidates, int64_t row) {

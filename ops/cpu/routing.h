@@ -12,8 +12,7 @@ namespace headroom::cpu {
 // Per row of x [rows, n]: the k largest entries, largest first, ties to the
 // lowest index; NaN counts as larger than every number (as in PyTorch).
 // indices: [rows, k]
-template <typename T>
-void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indices);
+template <typename T> void topk_indices(const T* x, int64_t rows, int64_t n, int64_t k, int32_t* indices);
 
 // Per row: out[row, j] = src[row, index[row, j]].   src: [rows, n]  out, index: [rows, k]
 template <typename T>

@@ -52,8 +52,7 @@ void exp_inplace(double* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }
 
-template <typename T>
-HEADROOM_CPU_CLONES void exp_minus_row_max(const T* x, int64_t rows, int64_t n, T* e, T* top) {
+template <typename T> HEADROOM_CPU_CLONES void exp_minus_row_max(const T* x, int64_t rows, int64_t n, T* e, T* top) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * n;  // [n]
     T* er = e + r * n;

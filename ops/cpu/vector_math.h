@@ -16,16 +16,14 @@ void exp_inplace(double* x, int64_t n);
 
 // max(init, x[0..n)).  Written as a comparison, not std::max: GCC vectorises
 // only this form.
-template <typename T>
-T max_of(const T* x, int64_t n, T init) {
+template <typename T> T max_of(const T* x, int64_t n, T init) {
   T m = init;
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
   return m;
 }
 
-template <typename T>
-T sum_of(const T* x, int64_t n) {
+template <typename T> T sum_of(const T* x, int64_t n) {
   T s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t j = 0; j < n; ++j) s += x[j];
@@ -43,7 +41,6 @@ inline int64_t rows_per_block(int64_t n) {
 // For each row r of x [rows, n]: top[r] = the row's max and e[r, :] =
 // exp(x[r, :] - top[r]), with one exp call for all rows.  A row of all -inf
 // gets e = 0 (not exp(NaN)).
-template <typename T>
-void exp_minus_row_max(const T* x, int64_t rows, int64_t n, T* e, T* top);
+template <typename T> void exp_minus_row_max(const T* x, int64_t rows, int64_t n, T* e, T* top);
 
 }  // namespace headroom::cpu

@@ -18,8 +18,7 @@ struct MatrixLayout {
 
 // A stack of equally shaped matrices in one buffer: matrix i starts at
 // data + offsets[i] (offsets repeat for broadcast batch dimensions).
-template <typename T>
-struct MatrixStack {
+template <typename T> struct MatrixStack {
   const T* data = nullptr;
   std::vector<int64_t> offsets;
   MatrixLayout layout;

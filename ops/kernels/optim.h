@@ -23,8 +23,7 @@ struct SgdUpdate {
   bool first = false;  // the momentum buffer is not initialised yet
 
   // buffer: the element's momentum buffer, null without momentum.
-  template <typename T>
-  HEADROOM_HOST_DEVICE void apply(T& p, T g, T* buffer) const {
+  template <typename T> HEADROOM_HOST_DEVICE void apply(T& p, T g, T* buffer) const {
     double d = double(g) + weight_decay * double(p);
     if (buffer) {
       const double b = first ? d : momentum * double(*buffer) + d;
@@ -57,8 +56,7 @@ struct AdamUpdate {
     return u;
   }
 
-  template <typename T>
-  HEADROOM_HOST_DEVICE void apply(T& p, T g, T& m, T& v) const {
+  template <typename T> HEADROOM_HOST_DEVICE void apply(T& p, T g, T& m, T& v) const {
     const double gj = double(g) + l2 * double(p);
     m = static_cast<T>(beta1 * double(m) + (1 - beta1) * gj);
     v = static_cast<T>(beta2 * double(v) + (1 - beta2) * gj * gj);

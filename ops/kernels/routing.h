@@ -23,8 +23,7 @@ struct GroupedOperand {
 };
 
 // The same operand as raw pointers, as the CPU kernels (ops/cpu/routing.h) take it.
-template <typename T>
-struct GroupedRows {
+template <typename T> struct GroupedRows {
   const T* data = nullptr;
   int64_t width = 0;
   const int32_t* order = nullptr;  // null: data is [R, width] in grouped order

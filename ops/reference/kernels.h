@@ -32,8 +32,7 @@ inline bool use_reference_kernels() {
 // ---- matmul (cpu::batched_gemm, cpu::sum_rows in ops/cpu/matmul.h) ----------------
 
 // Element (r, c) of matrix i of a stack, row-major or transposed.
-template <typename T>
-T stack_at(const kernels::MatrixStack<T>& s, size_t i, int64_t r, int64_t c) {
+template <typename T> T stack_at(const kernels::MatrixStack<T>& s, size_t i, int64_t r, int64_t c) {
   return s.data[s.offsets[i] + (s.layout.transposed ? c * s.layout.ld + r : r * s.layout.ld + c)];
 }
 
@@ -52,8 +51,7 @@ void batched_gemm(int64_t m, int64_t n, int64_t k, const kernels::MatrixStack<T>
 }
 
 // out[j] = Σ_i g[i, j]   g: [rows, cols]   out: [cols]
-template <typename T>
-void sum_rows(const T* g, int64_t rows, int64_t cols, T* out) {
+template <typename T> void sum_rows(const T* g, int64_t rows, int64_t cols, T* out) {
   for (int64_t j = 0; j < cols; ++j) {
     T sum = 0;
     for (int64_t i = 0; i < rows; ++i) sum += g[i * cols + j];
@@ -65,8 +63,7 @@ void sum_rows(const T* g, int64_t rows, int64_t cols, T* out) {
 
 // y = exp(x − max) / Σ exp(x − max);  log: y = x − max − log Σ exp(x − max).
 //   x, y: [rows, n]; a row of all −inf gives 0 (log: −inf).
-template <typename T>
-void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
+template <typename T> void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
   const T inf = std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * n;
@@ -83,8 +80,7 @@ void softmax_forward(const T* x, T* y, int64_t rows, int64_t n, bool log) {
 }
 
 // softmax: dx = y ⊙ (dy − Σ y⊙dy);  log_softmax: dx = dy − exp(y) · Σ dy.   y, dy, dx: [rows, n]
-template <typename T>
-void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, bool log) {
+template <typename T> void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t n, bool log) {
   for (int64_t r = 0; r < rows; ++r) {
     const T *yr = y + r * n, *gr = dy + r * n;
     T sum = 0;
@@ -261,8 +257,7 @@ void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t*
 // offsets: [segments + 1]; w: [E, in, out]; rows of segment e are [offsets[e], offsets[e+1]).
 
 // Grouped row r of x: x.data[r], or token row order[r] / k.
-template <typename T>
-const T* grouped_row(const kernels::GroupedRows<T>& x, int64_t r) {
+template <typename T> const T* grouped_row(const kernels::GroupedRows<T>& x, int64_t r) {
   return x.data + (x.order ? x.order[r] / x.k : r) * x.width;
 }
 
