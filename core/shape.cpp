@@ -5,12 +5,21 @@
 namespace headroom {
 
 int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
+  // The product of the nonzero sizes must fit too: the strides of a shape
+  // with a 0 somewhere are still products of the others.
+  int64_t n = 1, nonzero = 1;
+  for (int64_t s : shape) {
+    HEADROOM_CHECK(s >= 0, "[shape] sizes must be >= 0, got shape ", shape_str(shape));
+    if (s == 0) n = 0;
+    else
+      HEADROOM_CHECK(!__builtin_mul_overflow(nonzero, s, &nonzero), "[shape] shape ", shape_str(shape),
+                     " has more elements than an int64 can count");
+  }
+  return n == 0 ? 0 : nonzero;
 }
 
 Strides contiguous_strides(const Shape& shape) {
+  shape_numel(shape);  // checks the sizes and that every stride fits
   Strides strides(shape.size());
   int64_t step = 1;
   for (size_t i = shape.size(); i-- > 0;) {

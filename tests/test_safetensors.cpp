@@ -196,6 +196,11 @@ TEST_CASE("safetensors: corrupt files are rejected with a message naming the pro
     CHECK_THROWS_HEADROOM(load_safetensors(path), "header length 150000000 exceeds the limit of 100000000 bytes");
   }
   SUBCASE("missing file") { CHECK_THROWS_HEADROOM(load_safetensors(dir.file("absent.safetensors")), "cannot open"); }
+  SUBCASE("a shape whose size overflows, hidden behind a 0") {
+    const std::string huge = "[0,4611686018427387904,4611686018427387904]";
+    CHECK_THROWS_HEADROOM(load_hand("{" + entry("t", "F32", huge, 0, 0) + "}", ""),
+                          "has more elements than an int64 can count");
+  }
   SUBCASE("bad JSON") {
     CHECK_THROWS_HEADROOM(load_hand("{\"a\":{\"dtype\":\"F32\",}}", ""), "invalid JSON in the safetensors header of");
   }

@@ -57,3 +57,17 @@ TEST_CASE("sum_to_shape undoes broadcasting") {
   CHECK(sum_to_shape(g, {2, 3, 4}).same_storage(g));
   CHECK_THROWS_HEADROOM(sum_to_shape(g, {5}), "cannot be broadcast");
 }
+
+TEST_CASE("shape arithmetic is checked: negative sizes and element counts past int64 are errors, not tiny storages") {
+  const int64_t big = int64_t(1) << 40;
+  CHECK(shape_numel({}) == 1);
+  CHECK(shape_numel({0, 3}) == 0);
+  CHECK(shape_numel({3, big}) == 3 * big);
+  CHECK_THROWS_HEADROOM(shape_numel({big, big}), "has more elements than an int64 can count");
+  // A 0 does not hide the overflow: the strides of the other sizes would still wrap.
+  CHECK_THROWS_HEADROOM(contiguous_strides({0, big, big}), "has more elements than an int64 can count");
+  CHECK_THROWS_HEADROOM(Tensor::empty({big, big}), "has more elements than an int64 can count");
+  CHECK_THROWS_HEADROOM(Tensor::empty({2, -3}), "negative dimension in shape (2,-3)");
+  CHECK_THROWS_HEADROOM(shape_numel({2, -3}), "sizes must be >= 0, got shape (2,-3)");
+  CHECK(contiguous_strides({2, 0, 5}) == Strides{0, 5, 1});
+}

@@ -186,6 +186,8 @@ TEST_CASE("devices: parsing, and CUDA entry points without CUDA") {
   CHECK(Device::parse("cuda:1") == Device::cuda(1));
   CHECK(Device::parse("cpu").is_cpu());
   CHECK_THROWS_HEADROOM(Device::parse("tpu"), "cannot parse device 'tpu'");
+  // A device index too long for an int is a headroom::Error, not std::out_of_range.
+  CHECK_THROWS_HEADROOM(Device::parse("cuda:99999999999"), "with N from 0 to 9999");
   if (device_count(Device::Kind::cuda) == 0) {
     // A program without the CUDA part says what to link; with it, on a
     // machine without a GPU, that no device is present.
