@@ -82,7 +82,6 @@ MoHAttention::MoHAttention(const MoHConfig& config_in, Generator& gen)
                  k,
                  " = heads: every head is active for every token, so nothing is routed (MHA at a higher "
                  "cost); use fewer shared or routed heads, or set allow_full_routing");
-  aux_weight_ = cfg.beta;
   if (cfg.router == MoHConfig::Router::qnorm) return;
   auto router = [&](const char* name, int64_t outputs) {
     auto linear = register_module(name, std::make_shared<Linear>(config.dim, outputs, false, gen));
@@ -195,7 +194,7 @@ AttentionOutput MoHAttention::finish(const Routing& routing, const Tensor& out) 
   AttentionOutput result;
   result.out = out;
   const int64_t shared = moh_config.shared_heads, k = moh_config.routed_k;
-  if (k > 0 && is_training()) result.aux.value = load_balance(routing) * aux_weight_;
+  if (k > 0 && is_training()) result.aux.value = load_balance(routing) * (moh_config.beta / double(aux_peers_));
   if (k > 0) result.stats.indices = routing.heads.narrow(1, shared, k).contiguous();
   result.stats.gates = routing.gates.detach().to(DType::f32);
   result.stats.load = sum(k_hot(routing.heads, config.heads, DType::f32), {0});
@@ -257,7 +256,7 @@ AttentionOutput MoHAttention::forward_dense_reference(const AttentionInput& in) 
 
 void MoHAttention::set_aux_peers(int64_t routed_layers) {
   HEADROOM_CHECK(routed_layers > 0, "[MoHAttention] set_aux_peers needs at least this layer, got ", routed_layers);
-  aux_weight_ = moh_config.beta / double(routed_layers);
+  aux_peers_ = routed_layers;
 }
 
 std::string MoHAttention::summary() const {

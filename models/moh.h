@@ -126,7 +126,7 @@ class MoHAttention : public MultiHeadAttention {
   Tensor query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan, const Tensor& token_head_rows) const;
   Tensor load_balance(const Routing& routing) const;
   AttentionOutput finish(const Routing& routing, const Tensor& out) const;
-  double aux_weight_;  // beta / routed MoH layers in the model
+  int64_t aux_peers_ = 1;  // routed MoH layers in the model: the aux loss is beta / aux_peers_ · L_b
 };
 
 // A MoH layer with the dense layer's weights (copied) and configuration

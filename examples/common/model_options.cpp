@@ -51,7 +51,7 @@ StringMap parse_options(const std::string& text, const std::string& flag) {
   return options;
 }
 
-double active_head_fraction(const Module& model, const ModelConfig& config) {
+double active_head_fraction(const Module& model) {
   auto layers = collect_modules<Attention>(model);
   if (layers.empty()) return 1.0;
   double total = 0;
@@ -59,7 +59,7 @@ double active_head_fraction(const Module& model, const ModelConfig& config) {
     if (auto moh = std::dynamic_pointer_cast<MoHAttention>(layer))
       total += double(moh->active_heads()) / double(moh->config.heads);
     else if (auto moa = std::dynamic_pointer_cast<MoAAttention>(layer))
-      total += double(moa->config.k * moa->config.head_dim) / double(config.dim);
+      total += double(moa->config.k * moa->config.head_dim) / double(moa->config.dim);
     else total += 1.0;
   }
   return total / double(layers.size());

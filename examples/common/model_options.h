@@ -39,7 +39,7 @@ StringMap parse_options(const std::string& text, const std::string& flag = "--at
 // The share of attention heads that run for each token, averaged over the
 // model's attention layers: MoH (h_s + K_r) / h, MoA k · d_h / d (k experts
 // of width d_h), MHA and MAE (whose mixture runs every head) 1.
-double active_head_fraction(const Module& model, const ModelConfig& config);
+double active_head_fraction(const Module& model);
 
 // The shared heads of the model's first MoH layer (0 without one).
 int64_t shared_head_count(const Module& model);

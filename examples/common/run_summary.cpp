@@ -25,7 +25,7 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
   s.eval = result.eval;
   s.parameters = model.num_parameters();
   s.macs_per_item = macs_per_item;
-  s.active_heads = active_head_fraction(model, config);
+  s.active_heads = active_head_fraction(model);
   s.items_per_second = result.items_per_second;
   s.peak_bytes = result.peak_bytes;
   s.seconds = result.seconds;
