@@ -137,6 +137,37 @@ TEST_CASE("a mixed-method EncoderDecoder trains, saves and rebuilds from its che
   CHECK_CLOSE(seq2seq_logits(restored), seq2seq_logits(model), 0, 0);
 }
 
+TEST_CASE("a mixed-method DecoderLM trains, saves and rebuilds from its checkpoint's metadata alone") {
+  Generator gen(6);
+  ModelConfig c = small_config();
+  c.attention = {"moh", {{"routed_k", "2"}}};
+  c.attention.layers[0] = {"mha", {}};  // a dense first layer
+  DecoderLM model(c, gen);
+  CHECK(kinds(*model.decoder) == std::vector<std::string>{"mha", "moh"});
+  Tensor tokens = testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0}, 2);
+  Tensor input = tokens.narrow(1, 0, 5), labels = tokens.narrow(1, 1, 5).reshape({-1});
+  AdamW opt(model.parameters(), 1e-2);
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    opt.zero_grad();
+    ModelOutput out = model.forward(input);
+    REQUIRE(out.aux_losses.size() == 1);  // the MoH layer's
+    Tensor loss = training_loss(cross_entropy(out.out.reshape({-1, c.vocab}), labels), out.aux_losses, 10);
+    loss.backward();
+    opt.step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  CHECK(last < first);
+  const std::string path = temp_path("headroom_mixed_lm.safetensors");
+  save_module(model, path, model.config.to_metadata());
+  DecoderLM restored(ModelConfig::from_metadata(load_safetensors(path).metadata));
+  load_module(restored, path);
+  std::filesystem::remove(path);
+  NoGradGuard no_grad;
+  model.eval(), restored.eval();
+  CHECK_CLOSE(restored.forward(tokens).out, model.forward(tokens).out, 0, 0);
+}
+
 TEST_CASE("a custom factory's layers are recorded in the config: describe, loss and checkpoint follow them") {
   // A dense first layer and MoH after it, made by hand: the config still says "mha".
   ModelConfig c = small_config();
