@@ -70,6 +70,19 @@ std::vector<std::string> kinds(const TransformerStack& stack) {
   return out;
 }
 
+// Saves `model` with its config as metadata, rebuilds a DecoderLM from that
+// metadata alone, loads the checkpoint strictly and checks the logits are bitwise equal.
+void check_rebuilds_from_metadata(DecoderLM& model, const Tensor& tokens, const char* file) {
+  const std::string path = temp_path(file);
+  save_module(model, path, model.config.to_metadata());
+  DecoderLM restored(ModelConfig::from_metadata(load_safetensors(path).metadata));
+  load_module(restored, path);
+  std::filesystem::remove(path);
+  NoGradGuard no_grad;
+  model.eval(), restored.eval();
+  CHECK_CLOSE(restored.forward(tokens).out, model.forward(tokens).out, 0, 0);
+}
+
 }  // namespace
 
 TEST_CASE("AttentionSpec: overrides by role, layer and both, in that order; a new type starts from its defaults") {
@@ -158,14 +171,7 @@ TEST_CASE("a mixed-method DecoderLM trains, saves and rebuilds from its checkpoi
     (step == 0 ? first : last) = loss.item();
   }
   CHECK(last < first);
-  const std::string path = temp_path("headroom_mixed_lm.safetensors");
-  save_module(model, path, model.config.to_metadata());
-  DecoderLM restored(ModelConfig::from_metadata(load_safetensors(path).metadata));
-  load_module(restored, path);
-  std::filesystem::remove(path);
-  NoGradGuard no_grad;
-  model.eval(), restored.eval();
-  CHECK_CLOSE(restored.forward(tokens).out, model.forward(tokens).out, 0, 0);
+  check_rebuilds_from_metadata(model, tokens, "headroom_mixed_lm.safetensors");
 }
 
 TEST_CASE("a custom factory's layers are recorded in the config: describe, loss and checkpoint follow them") {
@@ -196,14 +202,7 @@ TEST_CASE("a custom factory's layers are recorded in the config: describe, loss 
   Tensor loss_b = training_loss(cross_entropy(b.out, tokens), b.aux_losses, 12);
   CHECK(loss_a.item() == loss_b.item());
 
-  const std::string path = temp_path("headroom_custom_factory.safetensors");
-  save_module(by_hand, path, by_hand.config.to_metadata());
-  DecoderLM restored(ModelConfig::from_metadata(load_safetensors(path).metadata));
-  load_module(restored, path);
-  std::filesystem::remove(path);
-  NoGradGuard no_grad;
-  by_hand.eval(), restored.eval();
-  CHECK_CLOSE(restored.forward(tokens).out, by_hand.forward(tokens).out, 0, 0);
+  check_rebuilds_from_metadata(by_hand, tokens, "headroom_custom_factory.safetensors");
 }
 
 TEST_CASE("each layer's aux loss is counted once, weighted by its method: the model's loss against a hand sum") {
