@@ -21,6 +21,7 @@
 #include "headroom/ops/matmul.h"
 #include "headroom/core/image.h"
 #include "headroom/core/safetensors.h"
+#include "headroom/core/read_file.h"
 #include "headroom/models/module.h"
 #include "headroom/models/optim.h"
 #include "headroom/models/layers.h"

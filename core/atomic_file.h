@@ -3,6 +3,9 @@
 // is flushed (fsync) and renamed over the target only on commit().  Readers
 // never see a partial file, and a failed or abandoned write (an exception
 // before commit) leaves the old file untouched and removes the temporary.
+// After the rename the directory is synced, so the new name survives a power
+// cut; a new AtomicFile removes the temporaries of writers that were killed
+// (whose process is gone), so interrupted runs do not leave copies behind.
 //
 //   AtomicFile file(path, "safetensors");   // the owner names errors: "[safetensors] ..."
 //   file.write(bytes, n);
