@@ -9,10 +9,10 @@
 //
 // The method presets (mha, moa, moh75, moh50, mae) are method_preset() in
 // examples/common/model_options.h.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 
 #include "headroom/core/atomic_file.h"
 #include "headroom/core/threading.h"
@@ -26,14 +26,6 @@ using namespace headroom;
 using namespace headroom::examples;
 
 namespace {
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) items.push_back(item);
-  return items;
-}
 
 // The quality metric of each task, and whether higher is better.
 std::pair<std::string, bool> quality_metric(const std::string& task) {
@@ -81,6 +73,19 @@ std::vector<std::string> table_row(const std::string& method, const std::vector<
           format("%.1f", mean_of(runs, [](const RunSummary& r) { return double(r.peak_bytes) / (1 << 20); }))};
 }
 
+// The presets of --methods, each known and named once; checked before the
+// first run trains, so a typo in the last name costs no training.
+std::vector<std::string> checked_methods(const std::string& list, const ModelOptions& model) {
+  std::vector<std::string> methods = split_list(list);
+  if (methods.empty()) throw UsageError("--methods names no preset");
+  for (size_t i = 0; i < methods.size(); ++i) {
+    method_preset(methods[i], model);
+    if (std::find(methods.begin(), methods.begin() + i, methods[i]) != methods.begin() + i)
+      throw UsageError("--methods names '" + methods[i] + "' twice");
+  }
+  return methods;
+}
+
 struct CompareOptions {
   std::string task = "lm", methods = "mha,moa,moh75,moh50,mae", out;
   int64_t seeds = 2;
@@ -101,7 +106,7 @@ int run(const std::string& task, int argc, char** argv) {
   Flags flags("compare", "trains every attention method on one task with the same budget and tabulates the results");
   flags.add("task", &c.task, "lm | mt | vit (its own flags follow)");
   flags.add("methods", &c.methods, "comma-separated presets: mha, moa, moh75, moh50, mae");
-  flags.add("seeds", &c.seeds, "seeds per method (1, 2, ...)");
+  flags.add("seeds", &c.seeds, "seeds per method", {1, 1000});
   flags.add("out", &c.out, "folder for the runs, table.md and curves.png");
   if (task == "lm") add_lm_flags(flags, lm);
   if (task == "mt") add_mt_flags(flags, mt);
@@ -112,7 +117,11 @@ int run(const std::string& task, int argc, char** argv) {
     if (!flags.parse(argc, argv)) return 0;
     if (task != "lm" && task != "mt" && task != "vit")
       throw UsageError("--task must be lm, mt or vit, got '" + task + "'");
-    if (c.seeds < 1) throw UsageError("--seeds must be at least 1");
+    // The presets set each run's attention and --out its folder, so these would be ignored.
+    for (const std::string flag : {"attn", "attn-opt", "ckpt"})
+      if (flags.was_set(flag))
+        throw UsageError("--" + flag + " does not apply to compare: --methods sets the attention, --out the folder");
+    const std::vector<std::string> methods = checked_methods(c.methods, model);
     if (train_options.threads > 0) set_num_threads(train_options.threads);
     std::printf("%s\n", run_config_table(flags, train_options).c_str());
     std::vector<std::vector<std::string>> rows;
@@ -120,7 +129,7 @@ int run(const std::string& task, int argc, char** argv) {
     curves.title = "validation loss (seed " + std::to_string(train_options.seed) + ")";
     curves.x_label = "step", curves.y_label = "loss (nats)";
     int64_t mha_params = 0;
-    for (const std::string& method : split_list(c.methods)) {
+    for (const std::string& method : methods) {
       ModelOptions m = method_preset(method, model);
       std::vector<RunSummary> runs;
       for (int64_t s = 0; s < c.seeds; ++s) {
@@ -165,7 +174,10 @@ int run(const std::string& task, int argc, char** argv) {
 int main(int argc, char** argv) {
   // The task decides which flags exist, so find it first.
   std::string task = "lm";
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--task") task = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--task" && i + 1 < argc) task = argv[i + 1];
+    if (arg.rfind("--task=", 0) == 0) task = arg.substr(7);
+  }
   return run(task, argc, argv);
 }

@@ -9,9 +9,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <optional>
 #include <string>
 
+#include "headroom/examples/common/cli.h"
 #include "headroom/examples/common/trainer.h"
 
 using namespace headroom;
@@ -20,55 +21,26 @@ namespace {
 
 struct Config {
   int64_t steps = 600, hidden = 64, points = 512, log_every = 50;
-  double lr = 1e-2, weight_decay = 1e-4, check_loss = -1;
+  double lr = 1e-2, weight_decay = 1e-4, check_loss = INFINITY;
   uint64_t seed = 1337;
   int threads = 0;
   std::string device = "cpu", ckpt, resume;
   bool tf32 = false;
 };
 
-void usage(const Config& c) {
-  std::printf(
-      "train_demo: an MLP learns the two-spirals problem.\n"
-      "  --steps N       training steps (default %lld)\n"
-      "  --hidden N      hidden width of the 3-layer MLP (default %lld)\n"
-      "  --lr X          peak AdamW learning rate, warm-up then cosine decay (default %g)\n"
-      "  --seed N        seeds data, init and everything else (default %llu)\n"
-      "  --threads N     CPU threads (default: HEADROOM_NUM_THREADS or all cores)\n"
-      "  --device D      cpu, cuda or cuda:N (default cpu)\n"
-      "  --tf32          CUDA: TF32 tensor-core matmuls\n"
-      "  --ckpt PATH     write a checkpoint (model, optimizer, step) every 100 steps and at the end\n"
-      "  --resume PATH   continue from a checkpoint written by --ckpt\n"
-      "  --check-loss X  exit 1 if the final loss is above X (used by CI)\n",
-      (long long)c.steps, (long long)c.hidden, c.lr, (unsigned long long)c.seed);
-}
-
-Config parse(int argc, char** argv) {
-  Config c;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help") {
-      usage(c);
-      std::exit(0);
-    }
-    if (flag == "--tf32") {
-      c.tf32 = true;
-      continue;
-    }
-    HEADROOM_CHECK(i + 1 < argc, "[train_demo] flag ", flag, " needs a value (see --help)");
-    const char* value = argv[++i];
-    if (flag == "--steps") c.steps = std::atoll(value);
-    else if (flag == "--hidden") c.hidden = std::atoll(value);
-    else if (flag == "--lr") c.lr = std::atof(value);
-    else if (flag == "--seed") c.seed = std::strtoull(value, nullptr, 10);
-    else if (flag == "--threads") c.threads = std::atoi(value);
-    else if (flag == "--device") c.device = value;
-    else if (flag == "--ckpt") c.ckpt = value;
-    else if (flag == "--resume") c.resume = value;
-    else if (flag == "--check-loss") c.check_loss = std::atof(value);
-    else HEADROOM_FAIL("[train_demo] unknown flag ", flag, " (see --help)");
-  }
-  return c;
+void add_flags(examples::Flags& flags, Config& c) {
+  flags.add("steps", &c.steps, "training steps", {1, 1'000'000'000});
+  flags.add("hidden", &c.hidden, "hidden width of the 3-layer MLP", {1, 16384});
+  flags.add("lr", &c.lr, "peak AdamW learning rate, warm-up then cosine decay",
+            {0, 1e6, examples::End::open, examples::End::closed});
+  flags.add("seed", &c.seed, "seeds data, init and everything else", {0, UINT64_MAX});
+  flags.add("threads", &c.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)",
+            {0, examples::kMaxThreadsFlag});
+  flags.add("device", &c.device, "cpu, cuda or cuda:N");
+  flags.add("tf32", &c.tf32, "CUDA: TF32 tensor-core matmuls");
+  flags.add("ckpt", &c.ckpt, "write a checkpoint (model, optimizer, step) every 100 steps and at the end");
+  flags.add("resume", &c.resume, "continue from a checkpoint written by --ckpt");
+  flags.add("check-loss", &c.check_loss, "exit 1 if the final loss is above X (used by CI)", {0, INFINITY});
 }
 
 // Two interleaved spirals, labels 0 and 1, with a little noise.
@@ -121,7 +93,10 @@ int64_t load_checkpoint(const std::string& path, SpiralNet& model, Optimizer& op
   opt.load_state(optim_entries);
   auto step = file.metadata.find("step");
   HEADROOM_CHECK(step != file.metadata.end(), "[train_demo] checkpoint ", path, " has no step");
-  return std::stoll(step->second);
+  std::optional<int64_t> value = examples::parse_int64(step->second);
+  HEADROOM_CHECK(value && *value >= 0, "[train_demo] checkpoint ", path, " has step '", step->second,
+                 "', expected a non-negative integer");
+  return *value;
 }
 
 double accuracy(const Tensor& logits, const Tensor& labels) {
@@ -177,7 +152,7 @@ int run(const Config& c) {
     save_checkpoint(c.ckpt, model, opt, c.steps, c);
     std::printf("checkpoint: %s\n", c.ckpt.c_str());
   }
-  if (c.check_loss >= 0 && !(loss_value <= c.check_loss)) {
+  if (!(loss_value <= c.check_loss)) {
     std::fprintf(stderr, "error: final loss %.4f is above --check-loss %.4f\n", loss_value, c.check_loss);
     return 1;
   }
@@ -187,10 +162,8 @@ int run(const Config& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  Config c;
+  examples::Flags flags("train_demo", "an MLP learns the two-spirals problem");
+  add_flags(flags, c);
+  return examples::run_main(flags, [&] { return flags.parse(argc, argv) ? run(c) : 0; });
 }

@@ -1,7 +1,15 @@
-// Flags of the training binaries (examples/common/cli.h).
+// Flags of the training binaries (examples/common/cli.h) and the attention
+// option lists of model_options.h.
 #include "headroom/examples/common/cli.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+#include <new>
 #include <vector>
+
+#include "headroom/examples/common/model_options.h"
 
 #include "helpers.h"
 
@@ -13,13 +21,18 @@ namespace {
 struct Parsed {
   std::string attn = "mha";
   int64_t steps = 100;
-  double lr = 3e-4;
+  double lr = 3e-4, dropout = 0;
+  int threads = 0;
+  uint64_t seed = 1;
   bool resume = false;
   Flags flags{"prog", "test program"};
   Parsed() {
     flags.add("attn", &attn, "attention type");
-    flags.add("steps", &steps, "steps");
-    flags.add("lr", &lr, "learning rate");
+    flags.add("steps", &steps, "steps", {1, 1000});
+    flags.add("lr", &lr, "learning rate", {0, 10, End::open, End::closed});
+    flags.add("dropout", &dropout, "dropout", {0, 1, End::closed, End::open});
+    flags.add("threads", &threads, "threads", {0, 1024});
+    flags.add("seed", &seed, "seed", {0, UINT64_MAX});
     flags.add("resume", &resume, "resume");
   }
   bool parse(std::vector<std::string> args) {
@@ -29,6 +42,23 @@ struct Parsed {
     return flags.parse(static_cast<int>(argv.size()), argv.data());
   }
 };
+
+// What `fn` writes to stderr.
+std::string captured_stderr(const std::function<void()>& fn) {
+  std::FILE* file = std::tmpfile();
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  dup2(fileno(file), STDERR_FILENO);
+  fn();
+  std::fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  std::string text;
+  std::rewind(file);
+  for (int c; (c = std::fgetc(file)) != EOF;) text += static_cast<char>(c);
+  std::fclose(file);
+  return text;
+}
 
 }  // namespace
 
@@ -42,13 +72,18 @@ TEST_CASE("Flags parse values, inline values and switches, and keep defaults") {
   CHECK(p.flags.was_set("steps"));
   CHECK_FALSE(p.flags.was_set("lr"));
   CHECK(p.flags.values()[1] == std::make_pair(std::string("steps"), std::string("7")));
+  CHECK(p.parse({"--seed", "18446744073709551615", "--threads", "1024", "--lr", "10", "--dropout", "0"}));
+  CHECK(p.seed == UINT64_MAX);
+  CHECK(p.threads == 1024);
 }
 
 TEST_CASE("Flags usage lists every flag with its default") {
   Parsed p;
   std::string usage = p.flags.usage();
   CHECK(usage.find("--steps X") != std::string::npos);
-  CHECK(usage.find("(default: 100)") != std::string::npos);
+  CHECK(usage.find("(default: 100, range [1, 1000])") != std::string::npos);
+  CHECK(usage.find("(default: 0.0003, range (0, 10])") != std::string::npos);
+  CHECK(usage.find("(default: 0, range [0, 1))") != std::string::npos);
   CHECK(usage.find("(default: mha)") != std::string::npos);
   CHECK_FALSE(p.parse({"--help"}));
 }
@@ -56,8 +91,8 @@ TEST_CASE("Flags usage lists every flag with its default") {
 TEST_CASE("Flags reject unknown flags, missing and malformed values") {
   CHECK_THROWS_HEADROOM(Parsed().parse({"--stepz", "3"}), "unknown flag --stepz");
   CHECK_THROWS_HEADROOM(Parsed().parse({"--steps"}), "--steps needs a value");
-  CHECK_THROWS_HEADROOM(Parsed().parse({"--steps", "3x"}), "--steps expects an integer, got '3x'");
-  CHECK_THROWS_HEADROOM(Parsed().parse({"--lr", "fast"}), "--lr expects a number");
+  CHECK_THROWS_HEADROOM(Parsed().parse({"--steps", "3x"}), "--steps expects an integer in [1, 1000], got '3x'");
+  CHECK_THROWS_HEADROOM(Parsed().parse({"--lr", "fast"}), "--lr expects a number in (0, 10], got 'fast'");
   CHECK_THROWS_HEADROOM(Parsed().parse({"--resume=yes"}), "--resume takes no value");
   CHECK_THROWS_HEADROOM(Parsed().parse({"extra"}), "unexpected argument 'extra'");
 }
@@ -67,4 +102,99 @@ TEST_CASE("run_main maps usage errors to status 2 and other errors to 1") {
   CHECK(run_main(p.flags, [] { return 0; }) == 0);
   CHECK(run_main(p.flags, []() -> int { throw UsageError("bad flag"); }) == 2);
   CHECK(run_main(p.flags, []() -> int { HEADROOM_FAIL("[x] broken"); }) == 1);
+}
+
+TEST_CASE("Flags refuse values outside the declared range, including ones that do not fit the type") {
+  struct Bad {
+    std::string flag, value;
+  };
+  const Bad bad[] = {
+      {"steps", "0"},                     // below the range
+      {"steps", "1001"},                  // above it
+      {"steps", "-1"},                    // negative
+      {"steps", "99999999999999999999"},  // past int64
+      {"steps", " 5"},                    // spaces are not digits
+      {"steps", "+5"},                    // nor is a sign other than '-'
+      {"steps", "5.0"},                   // a real is not an integer
+      {"threads", "4294967297"},          // 2^32 + 1: would truncate to 1 as an int
+      {"threads", "2147483647"},          // fits an int, not the range
+      {"seed", "-1"},                     // strtoull would wrap it to 2^64 - 1
+      {"seed", "18446744073709551616"},   // 2^64
+      {"lr", "0"},                        // the open end
+      {"lr", "nan"},                      // NaN compares false with every bound
+      {"lr", "inf"},                      // past the finite end
+      {"lr", "1e-400"},                   // underflows
+      {"dropout", "1"},                   // the open end
+      {"dropout", "-0.1"},                // negative
+  };
+  for (const Bad& b : bad) {
+    CAPTURE(b.flag);
+    CAPTURE(b.value);
+    Parsed p;
+    CHECK_THROWS_HEADROOM(p.parse({"--" + b.flag, b.value}), ("--" + b.flag + " expects ").c_str());
+    CHECK_THROWS_AS(p.parse({"--" + b.flag, b.value}), UsageError);
+  }
+  Parsed p;
+  CHECK_THROWS_HEADROOM(p.parse({"--threads", "4294967297"}),
+                        "--threads expects an integer in [0, 1024], got '4294967297'");
+  CHECK(p.threads == 0);  // a refused value leaves the variable alone
+}
+
+TEST_CASE("Flags refuse a default outside the declared range when the flag is declared") {
+  int64_t steps = 0;
+  double rate = 0;
+  Flags flags("prog", "test program");
+  CHECK_THROWS_HEADROOM(flags.add("steps", &steps, "steps", {1, 10}),
+                        "default 0 of --steps is outside its range [1, 10]");
+  CHECK_THROWS_HEADROOM(flags.add("rate", &rate, "rate", {0, 1, End::open, End::closed}), "outside its range (0, 1]");
+}
+
+TEST_CASE("parse_int64 and parse_uint64 take whole decimal integers within the type only") {
+  CHECK(parse_int64("-42") == -42);
+  CHECK(parse_int64("9223372036854775807") == INT64_MAX);
+  CHECK(parse_int64("-9223372036854775808") == INT64_MIN);
+  for (const char* bad : {"", "-", "9223372036854775808", "12 ", " 12", "+12", "0x10", "1e3", "--1"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_int64(bad).has_value());
+  }
+  CHECK(parse_uint64("18446744073709551615") == UINT64_MAX);
+  CHECK_FALSE(parse_uint64("-1").has_value());
+  CHECK_FALSE(parse_uint64("18446744073709551616").has_value());
+}
+
+TEST_CASE("split_list keeps the non-empty items of a comma-separated list") {
+  CHECK(split_list("a,,b,") == std::vector<std::string>{"a", "b"});
+  CHECK(split_list("").empty());
+}
+
+TEST_CASE("check_product refuses products over the limit without overflowing") {
+  CHECK_NOTHROW(check_product("--batch", 4096, "--context", 4096, int64_t(1) << 24, "tokens per batch"));
+  CHECK_THROWS_HEADROOM(check_product("--batch", 4097, "--context", 4096, int64_t(1) << 24, "tokens per batch"),
+                        "--batch (4097) times --context (4096) is over the limit of 16777216 tokens per batch");
+  // INT64_MAX × INT64_MAX would overflow if it were multiplied.
+  CHECK_THROWS_AS(check_product("--a", INT64_MAX, "--b", INT64_MAX, INT64_MAX, "things"), UsageError);
+}
+
+TEST_CASE("run_main reports an allocation failure without the standard library's text") {
+  Parsed p;
+  int status = 0;
+  std::string message = captured_stderr([&] { status = run_main(p.flags, []() -> int { throw std::bad_alloc(); }); });
+  CHECK(status == 1);
+  CHECK(message.find("error: out of memory") == 0);
+  CHECK(message.find("std::") == std::string::npos);
+}
+
+TEST_CASE("parse_options refuses a key given twice instead of keeping the last") {
+  CHECK(parse_options("a=1,b=2") == StringMap{{"a", "1"}, {"b", "2"}});
+  CHECK_THROWS_HEADROOM(parse_options("k=1,k=2", "--attn-opt"), "--attn-opt gives the key 'k' twice");
+  CHECK_THROWS_AS(parse_options("layer.0.type=mha,layer.0.type=moh", "--attn-set"), UsageError);
+  CHECK_THROWS_HEADROOM(parse_options("=1"), "entries are key=value");
+}
+
+TEST_CASE("ModelOptions refuse sizes whose weights exceed the limit before anything is allocated") {
+  ModelOptions m;
+  m.dim = kMaxDim, m.ffn = kMaxFfn, m.layers = kMaxLayers;
+  CHECK_THROWS_HEADROOM(m.config(), "weights per stack, over the limit of 2147483648");
+  m.dim = 1 << 20;  // past the flag's range: refused before the product can overflow
+  CHECK_THROWS_HEADROOM(m.config(), "must be at most 16384");
 }

@@ -1,31 +1,35 @@
 #include "headroom/examples/common/cli.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <sstream>
+#include <type_traits>
 
 namespace headroom::examples {
 
 namespace {
 
-// strtoll/strtod that must consume the whole text.
-int64_t parse_integer(const std::string& flag, const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0)
-    throw UsageError("--" + flag + " expects an integer, got '" + text + "'");
-  return value;
+// Digits only, after one leading '-' where `signed_ok`.
+bool is_decimal(const std::string& text, bool signed_ok) {
+  const size_t first = signed_ok && !text.empty() && text[0] == '-' ? 1 : 0;
+  return text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
 }
 
-double parse_real(const std::string& flag, const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0)
-    throw UsageError("--" + flag + " expects a number, got '" + text + "'");
-  return value;
+// `text` as a T when it is an integer in the range.
+template <typename T> std::optional<T> integer_in(const std::string& text, Range<T> range) {
+  auto parsed = [&] {
+    if constexpr (std::is_unsigned_v<T>) return parse_uint64(text);
+    else return parse_int64(text);
+  }();
+  if (!parsed || *parsed < range.min || *parsed > range.max) return std::nullopt;
+  return static_cast<T>(*parsed);
+}
+
+template <typename T> std::string range_text(Range<T> range) {
+  return "[" + std::to_string(range.min) + ", " + std::to_string(range.max) + "]";
 }
 
 std::string format_real(double value) {
@@ -34,7 +38,53 @@ std::string format_real(double value) {
   return text;
 }
 
+std::string range_text(const RealRange& range) {
+  return (range.min_end == End::open ? "(" : "[") + format_real(range.min) + ", " + format_real(range.max) +
+         (range.max_end == End::open ? ")" : "]");
+}
+
+// False for NaN, which no comparison holds for.
+bool in_range(double value, const RealRange& range) {
+  const bool above = range.min_end == End::open ? value > range.min : value >= range.min;
+  const bool below = range.max_end == End::open ? value < range.max : value <= range.max;
+  return above && below;
+}
+
+// strtod that must consume the whole text (no leading spaces either).
+std::optional<double> parse_real(const std::string& text) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (*end != '\0' || errno != 0) return std::nullopt;
+  return value;
+}
+
 }  // namespace
+
+std::optional<int64_t> parse_int64(const std::string& text) {
+  if (!is_decimal(text, true)) return std::nullopt;
+  errno = 0;
+  long long value = std::strtoll(text.c_str(), nullptr, 10);
+  if (errno != 0) return std::nullopt;
+  return value;
+}
+
+std::optional<uint64_t> parse_uint64(const std::string& text) {
+  if (!is_decimal(text, false)) return std::nullopt;
+  errno = 0;
+  unsigned long long value = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno != 0) return std::nullopt;
+  return value;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
 
 Flags::Flags(std::string program, std::string summary) : program_(std::move(program)), summary_(std::move(summary)) {}
 
@@ -45,39 +95,53 @@ void Flags::add_flag(Flag flag) {
 }
 
 void Flags::add(const std::string& name, std::string* value, const std::string& help) {
-  add_flag(
-      {name, help, "", false, false, [value](const std::string& text) { *value = text; }, [value] { return *value; }});
+  add_flag({name, help, "", "", false, false, [value](const std::string& text) { *value = text; },
+            [value] { return *value; }});
 }
 
-void Flags::add(const std::string& name, int64_t* value, const std::string& help) {
-  add_flag({name, help, "", false, false,
-            [name, value](const std::string& text) { *value = parse_integer(name, text); },
-            [value] { return std::to_string(*value); }});
-}
-
-void Flags::add(const std::string& name, int* value, const std::string& help) {
-  add_flag({name, help, "", false, false,
-            [name, value](const std::string& text) { *value = static_cast<int>(parse_integer(name, text)); },
-            [value] { return std::to_string(*value); }});
-}
-
-void Flags::add(const std::string& name, uint64_t* value, const std::string& help) {
-  add_flag({name, help, "", false, false,
-            [name, value](const std::string& text) {
-              int64_t parsed = parse_integer(name, text);
-              if (parsed < 0) throw UsageError("--" + name + " expects a non-negative integer, got '" + text + "'");
-              *value = static_cast<uint64_t>(parsed);
+template <typename T>
+void Flags::add_integer(const std::string& name, T* value, const std::string& help, Range<T> range) {
+  const std::string accepted = range_text(range);
+  HEADROOM_CHECK(range.min <= *value && *value <= range.max, "[Flags] the default ", *value, " of --", name,
+                 " is outside its range ", accepted);
+  add_flag({name, help, accepted, "", false, false,
+            [name, value, range, accepted](const std::string& text) {
+              std::optional<T> parsed = integer_in(text, range);
+              if (!parsed)
+                throw UsageError("--" + name + " expects an integer in " + accepted + ", got '" + text + "'");
+              *value = *parsed;
             },
             [value] { return std::to_string(*value); }});
 }
 
-void Flags::add(const std::string& name, double* value, const std::string& help) {
-  add_flag({name, help, "", false, false, [name, value](const std::string& text) { *value = parse_real(name, text); },
+void Flags::add(const std::string& name, int64_t* value, const std::string& help, Range<int64_t> range) {
+  add_integer(name, value, help, range);
+}
+
+void Flags::add(const std::string& name, int* value, const std::string& help, Range<int> range) {
+  add_integer(name, value, help, range);
+}
+
+void Flags::add(const std::string& name, uint64_t* value, const std::string& help, Range<uint64_t> range) {
+  add_integer(name, value, help, range);
+}
+
+void Flags::add(const std::string& name, double* value, const std::string& help, RealRange range) {
+  const std::string accepted = range_text(range);
+  HEADROOM_CHECK(in_range(*value, range), "[Flags] the default ", *value, " of --", name, " is outside its range ",
+                 accepted);
+  add_flag({name, help, accepted, "", false, false,
+            [name, value, range, accepted](const std::string& text) {
+              std::optional<double> parsed = parse_real(text);
+              if (!parsed || !in_range(*parsed, range))
+                throw UsageError("--" + name + " expects a number in " + accepted + ", got '" + text + "'");
+              *value = *parsed;
+            },
             [value] { return format_real(*value); }});
 }
 
 void Flags::add(const std::string& name, bool* value, const std::string& help) {
-  add_flag({name, help, "", true, false, [value](const std::string&) { *value = true; },
+  add_flag({name, help, "", "", true, false, [value](const std::string&) { *value = true; },
             [value] { return std::string(*value ? "true" : "false"); }});
 }
 
@@ -124,7 +188,9 @@ std::string Flags::usage() const {
   for (const auto& flag : flags_) {
     std::string left = "  --" + flag.name + (flag.is_switch ? "" : " X");
     out << left << std::string(left.size() < 24 ? 24 - left.size() : 1, ' ') << flag.help;
-    if (!flag.is_switch) out << " (default: " << (flag.default_text.empty() ? "none" : flag.default_text) << ")";
+    if (!flag.is_switch) out << " (default: " << (flag.default_text.empty() ? "none" : flag.default_text);
+    if (!flag.range_text.empty()) out << ", range " << flag.range_text;
+    if (!flag.is_switch) out << ")";
     out << "\n";
   }
   out << "  --help                print this and exit\n";
@@ -137,12 +203,23 @@ std::vector<std::pair<std::string, std::string>> Flags::values() const {
   return out;
 }
 
+void check_product(const std::string& a_name, int64_t a, const std::string& b_name, int64_t b, int64_t limit,
+                   const std::string& what) {
+  HEADROOM_CHECK(a > 0 && b > 0, "[check_product] expected positive factors, got ", a, " and ", b);
+  if (a > limit / b)
+    throw UsageError(a_name + " (" + std::to_string(a) + ") times " + b_name + " (" + std::to_string(b) +
+                     ") is over the limit of " + std::to_string(limit) + " " + what + "; lower one of them");
+}
+
 int run_main(const Flags& flags, const std::function<int()>& body) {
   try {
     return body();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "error: %s\n\n%s", e.what(), flags.usage().c_str());
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory; smaller sizes (batch, model, data) need less\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -1,11 +1,13 @@
 #pragma once
 // Command-line flags for the training binaries: each flag is bound to a
 // variable that holds its default, so `--help` prints the defaults and the
-// start-of-run config table prints the values in use.
+// start-of-run config table prints the values in use.  Every numeric flag
+// states the values it accepts, checked when it is parsed.
 //
-//   int64_t steps = 1000;  std::string attn = "mha";
+//   int64_t steps = 1000;  double lr = 1e-3;  std::string attn = "mha";
 //   Flags flags("train_lm", "A byte-level language model.");
-//   flags.add("steps", &steps, "optimizer steps");
+//   flags.add("steps", &steps, "optimizer steps", {1, 1'000'000'000});          // [1, 1e9]
+//   flags.add("lr", &lr, "learning rate", {0, 100, End::open, End::closed});    // (0, 100]
 //   flags.add("attn", &attn, "attention: mha|moa|moh|mae");
 //   if (!flags.parse(argc, argv)) return 0;   // --help was printed
 //
@@ -13,6 +15,7 @@
 // exits with status 2.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,18 +28,41 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// The values an integer flag accepts: min to max, both included.  The range
+// lies within the variable's type, so a value is never truncated.
+template <typename T> struct Range { T min, max; };
+
+// The values a real flag accepts: from min to max, each end included
+// (closed) or not (open).  NaN is never accepted.
+enum class End { closed, open };
+struct RealRange {
+  double min, max;
+  End min_end = End::closed, max_end = End::closed;
+};
+
+// The most threads --threads accepts (headroom::kMaxThreads of core/threading.h).
+constexpr int kMaxThreadsFlag = 1024;
+
+// A decimal integer filling all of `text` (an optional '-', then digits; no
+// spaces, no '+'), or nullopt when it is malformed or outside the type.
+std::optional<int64_t> parse_int64(const std::string& text);
+std::optional<uint64_t> parse_uint64(const std::string& text);  // digits only
+
+// The non-empty items of a comma-separated list: "a,,b" -> {a, b}.
+std::vector<std::string> split_list(const std::string& text);
+
 class Flags {
  public:
   Flags(std::string program, std::string summary);
   void add(const std::string& name, std::string* value, const std::string& help);
-  void add(const std::string& name, int64_t* value, const std::string& help);
-  void add(const std::string& name, int* value, const std::string& help);
-  void add(const std::string& name, uint64_t* value, const std::string& help);
-  void add(const std::string& name, double* value, const std::string& help);
+  void add(const std::string& name, int64_t* value, const std::string& help, Range<int64_t> range);
+  void add(const std::string& name, int* value, const std::string& help, Range<int> range);
+  void add(const std::string& name, uint64_t* value, const std::string& help, Range<uint64_t> range);
+  void add(const std::string& name, double* value, const std::string& help, RealRange range);
   // A switch: `--name` sets it to true (it takes no value).
   void add(const std::string& name, bool* value, const std::string& help);
   // Returns false after printing the usage for --help; throws UsageError for
-  // unknown flags, missing or malformed values.
+  // unknown flags, missing or malformed values and values out of range.
   bool parse(int argc, char** argv);
   // True when `--name` appeared on the command line (not just its default).
   bool was_set(const std::string& name) const;
@@ -46,20 +72,28 @@ class Flags {
 
  private:
   struct Flag {
-    std::string name, help, default_text;
+    std::string name, help, range_text, default_text;
     bool is_switch = false, set = false;
-    std::function<void(const std::string&)> assign;  // parses and stores a value
+    std::function<void(const std::string&)> assign;  // parses, checks and stores a value
     std::function<std::string()> show;               // the current value as text
   };
+  template <typename T> void add_integer(const std::string& name, T* value, const std::string& help, Range<T> range);
   void add_flag(Flag flag);
   Flag* find(const std::string& name);
   std::string program_, summary_;
   std::vector<Flag> flags_;
 };
 
+// Throws UsageError when a · b exceeds `limit`: flags that each fit their
+// range can still multiply to an absurd allocation.  The names are shown as
+// given ("--batch"); `what` is the product's unit ("tokens per batch").
+void check_product(const std::string& a_name, int64_t a, const std::string& b_name, int64_t b, int64_t limit,
+                   const std::string& what);
+
 // Runs `body` with the error handling every binary shares: a UsageError
 // prints the message and the usage (exit 2), any other headroom::Error or
-// std::exception prints "error: ..." (exit 1).
+// std::exception prints "error: ..." (exit 1), an allocation failure as
+// "error: out of memory".
 int run_main(const Flags& flags, const std::function<int()>& body);
 
 }  // namespace headroom::examples

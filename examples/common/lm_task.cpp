@@ -111,7 +111,6 @@ class LmTask : public ModelTask<DecoderLM> {
 
 void print_sample(LmTask& task, const LmOptions& lm, uint64_t seed) {
   std::vector<int32_t> prompt = task.tokenizer().encode(lm.prompt);
-  HEADROOM_CHECK(!prompt.empty(), "[train_lm] --prompt must not be empty");
   Generator sampler(seed + 7);
   GenerateOptions options;
   options.max_new = lm.generate;
@@ -125,18 +124,21 @@ void print_sample(LmTask& task, const LmOptions& lm, uint64_t seed) {
 
 void add_lm_flags(Flags& flags, LmOptions& o) {
   flags.add("data", &o.data, "UTF-8 text to train on (scripts/fetch-data writes the default)");
-  flags.add("valid-fraction", &o.valid_fraction, "held-out tail of the text for validation");
-  flags.add("context", &o.context, "sequence length T in bytes");
-  flags.add("batch", &o.batch, "sequences per step");
-  flags.add("eval-tokens", &o.eval_tokens, "validation bytes per evaluation (0: all)");
-  flags.add("generate", &o.generate, "bytes to sample from --prompt after training (0: none)");
+  flags.add("valid-fraction", &o.valid_fraction, "held-out tail of the text for validation",
+            {0, 1, End::open, End::open});
+  flags.add("context", &o.context, "sequence length T in bytes", {1, kMaxContext});
+  flags.add("batch", &o.batch, "sequences per step", {1, kMaxBatch});
+  flags.add("eval-tokens", &o.eval_tokens, "validation bytes per evaluation (0: all)", {0, int64_t(1) << 40});
+  flags.add("generate", &o.generate, "bytes to sample from --prompt after training (0: none)", {0, kMaxContext});
   flags.add("prompt", &o.prompt, "prompt for --generate");
-  flags.add("temperature", &o.temperature, "sampling temperature");
-  flags.add("top-k", &o.top_k, "sample among the k most likely bytes (0: all)");
+  flags.add("temperature", &o.temperature, "sampling temperature", {0, 1e3, End::open, End::closed});
+  flags.add("top-k", &o.top_k, "sample among the k most likely bytes (0: all)", {0, int64_t(1) << 20});
 }
 
 RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const TrainOptions& o) {
   HEADROOM_CHECK(lm.context > 0 && lm.batch > 0, "[train_lm] --context and --batch must be positive");
+  check_product("--batch", lm.batch, "--context", lm.context, kMaxBatchTokens, "tokens per batch");
+  if (lm.generate > 0 && lm.prompt.empty()) throw UsageError("--generate needs a non-empty --prompt");
   LmTask task(lm, model_options.config(), o.seed);
   std::printf("%s\n", task.typed_model().describe(lm.context).c_str());
   TrainResult result = train(task, o);

@@ -11,6 +11,14 @@ ModelConfig ModelOptions::config() const {
   HEADROOM_CHECK(dim > 0 && heads > 0 && layers > 0 && ffn > 0 && dim % heads == 0,
                  "[model] expected positive --dim, --heads, --layers, --ffn with --dim divisible by --heads, got dim ",
                  dim, ", heads ", heads, ", layers ", layers, ", ffn ", ffn);
+  HEADROOM_CHECK(dim <= kMaxDim && ffn <= kMaxFfn && layers <= kMaxLayers, "[model] --dim ", dim, ", --ffn ", ffn,
+                 " and --layers ", layers, " must be at most ", kMaxDim, ", ", kMaxFfn, " and ", kMaxLayers);
+  // Attention (4 d²) and MLP (2 d · ffn) weights of a stack; the ranges keep this below 2^40.
+  const int64_t stack_weights = layers * (4 * dim * dim + 2 * dim * ffn);
+  if (stack_weights > kMaxStackWeights)
+    throw UsageError("--layers " + std::to_string(layers) + " of --dim " + std::to_string(dim) + " and --ffn " +
+                     std::to_string(ffn) + " make " + std::to_string(stack_weights) + " weights per stack, over the " +
+                     "limit of " + std::to_string(kMaxStackWeights));
   ModelConfig c;
   c.dim = dim, c.heads = heads, c.ffn_hidden = ffn;
   c.encoder_layers = layers, c.decoder_layers = layers;
@@ -28,11 +36,12 @@ void add_model_flags(Flags& flags, ModelOptions& m) {
   flags.add("attn-set", &m.attn_set,
             "attention per layer or role, key=value,... with keys [<role>.][layer.<i>.]type or ...option.<name>, "
             "roles encoder_self, decoder_self, cross (e.g. layer.0.type=mha,cross.option.kv_heads=1)");
-  flags.add("dim", &m.dim, "model width d");
-  flags.add("heads", &m.heads, "attention heads h (MoA: d / h is the default expert width)");
-  flags.add("layers", &m.layers, "transformer layers (per stack)");
-  flags.add("ffn", &m.ffn, "MLP hidden width");
-  flags.add("dropout", &m.dropout, "dropout on embeddings, residual branches and the MLP");
+  flags.add("dim", &m.dim, "model width d", {1, kMaxDim});
+  flags.add("heads", &m.heads, "attention heads h (MoA: d / h is the default expert width)", {1, kMaxHeads});
+  flags.add("layers", &m.layers, "transformer layers (per stack)", {1, kMaxLayers});
+  flags.add("ffn", &m.ffn, "MLP hidden width", {1, kMaxFfn});
+  flags.add("dropout", &m.dropout, "dropout on embeddings, residual branches and the MLP",
+            {0, 1, End::closed, End::open});
 }
 
 StringMap parse_options(const std::string& text, const std::string& flag) {
@@ -45,7 +54,9 @@ StringMap parse_options(const std::string& text, const std::string& flag) {
     size_t equals = entry.find('=');
     if (equals == std::string::npos || equals == 0)
       throw UsageError(flag + " entries are key=value, got '" + entry + "'");
-    options[entry.substr(0, equals)] = entry.substr(equals + 1);
+    // A repeated key would silently keep only its last value.
+    if (!options.emplace(entry.substr(0, equals), entry.substr(equals + 1)).second)
+      throw UsageError(flag + " gives the key '" + entry.substr(0, equals) + "' twice");
     start = end + 1;
   }
   return options;

@@ -19,6 +19,14 @@
 
 namespace headroom::examples {
 
+// The largest sizes the model flags accept (docs/training.md, "Flag and
+// input limits"); a stack's weights are also bounded, 2^31 (8 GiB of f32).
+constexpr int64_t kMaxDim = 16384, kMaxHeads = 1024, kMaxLayers = 256, kMaxFfn = 65536;
+constexpr int64_t kMaxStackWeights = int64_t(1) << 31;
+// The largest batch (sequences, sentence pairs or images per step), sequence
+// length and tokens per batch (batch × length) the task flags accept.
+constexpr int64_t kMaxBatch = 65536, kMaxContext = 65536, kMaxBatchTokens = int64_t(1) << 24;
+
 struct ModelOptions {
   std::string attn = "mha";
   std::string attn_opt;  // "key=value,..."
@@ -27,13 +35,15 @@ struct ModelOptions {
   double dropout = 0.1;
   // The transformer part of a ModelConfig (pre-LN, GELU, sinusoidal positions,
   // attention spec); layers go to encoder and decoder alike, the task keeps
-  // the stacks it uses.
+  // the stacks it uses.  Throws UsageError for sizes whose weights exceed
+  // kMaxStackWeights.
   ModelConfig config() const;
 };
 
 void add_model_flags(Flags& flags, ModelOptions& options);
 
-// "a=1,b=x" -> {a: 1, b: x}; throws UsageError naming `flag` on an entry without '='.
+// "a=1,b=x" -> {a: 1, b: x}; throws UsageError naming `flag` on an entry
+// without '=' and on a key given twice.
 StringMap parse_options(const std::string& text, const std::string& flag = "--attn-opt");
 
 // The share of attention heads that run for each token, averaged over the

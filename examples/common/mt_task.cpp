@@ -46,8 +46,9 @@ class MtTask : public ModelTask<EncoderDecoder> {
     tokenizer_ = learn_tokenizer(split_.train, mt.bpe_merges);
     train_ = encode(split_.train);
     valid_ = encode(split_.valid);
-    HEADROOM_CHECK(!train_.empty() && !valid_.empty(), "[train_mt] ", mt.data, " left ", train_.size(),
-                   " training and ", valid_.size(), " validation pairs after cleaning; need some of each");
+    HEADROOM_CHECK(!train_.empty() && !valid_.empty() && !split_.test.empty(), "[train_mt] ", mt.data, " left ",
+                   train_.size(), " training, ", valid_.size(), " validation and ", split_.test.size(),
+                   " test pairs after cleaning; need some of each");
     config_.vocab = tokenizer_.vocab_size();
     config_.max_len = std::max<int64_t>(config_.max_len, 2 * mt.max_tokens + 16);
     build_model();
@@ -230,23 +231,27 @@ BleuScore test_translations(MtTask& task, const std::string& run_dir) {
 }  // namespace
 
 void add_mt_flags(Flags& flags, MtOptions& o) {
+  const Range<int64_t> pair_count{1, 1'000'000'000};
   flags.add("data", &o.data, "a folder of gettext .mo files (scripts/fetch-data) or a source<TAB>target .tsv");
-  flags.add("max-bytes", &o.max_bytes, "drop pairs with a side longer than this (bytes)");
-  flags.add("max-tokens", &o.max_tokens, "drop pairs with a side longer than this (tokens)");
-  flags.add("valid-pairs", &o.valid_pairs, "validation pairs split off");
-  flags.add("test-pairs", &o.test_pairs, "test pairs split off");
-  flags.add("bpe-merges", &o.bpe_merges, "BPE merges learned on the training split (0: bytes)");
-  flags.add("batch", &o.batch, "sentence pairs per step");
-  flags.add("label-smoothing", &o.label_smoothing, "label smoothing of the training loss");
-  flags.add("eval-pairs", &o.eval_pairs, "validation pairs for the loss at each evaluation");
-  flags.add("bleu-sentences", &o.bleu_sentences, "validation sentences decoded for BLEU at each evaluation");
-  flags.add("beam", &o.beam, "beam size for BLEU decodes (1: greedy)");
-  flags.add("length-penalty", &o.length_penalty, "beam search length penalty");
+  flags.add("max-bytes", &o.max_bytes, "drop pairs with a side longer than this (bytes)", {1, int64_t(1) << 20});
+  flags.add("max-tokens", &o.max_tokens, "drop pairs with a side longer than this (tokens)", {1, kMaxContext / 2});
+  flags.add("valid-pairs", &o.valid_pairs, "validation pairs split off", pair_count);
+  flags.add("test-pairs", &o.test_pairs, "test pairs split off", pair_count);
+  flags.add("bpe-merges", &o.bpe_merges, "BPE merges learned on the training split (0: bytes)", {0, int64_t(1) << 20});
+  flags.add("batch", &o.batch, "sentence pairs per step", {1, kMaxBatch});
+  flags.add("label-smoothing", &o.label_smoothing, "label smoothing of the training loss",
+            {0, 1, End::closed, End::open});
+  flags.add("eval-pairs", &o.eval_pairs, "validation pairs for the loss at each evaluation", pair_count);
+  flags.add("bleu-sentences", &o.bleu_sentences, "validation sentences decoded for BLEU at each evaluation",
+            pair_count);
+  flags.add("beam", &o.beam, "beam size for BLEU decodes (1: greedy)", {1, 64});
+  flags.add("length-penalty", &o.length_penalty, "beam search length penalty", {0, 10});
 }
 
 RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const TrainOptions& o) {
   HEADROOM_CHECK(mt.batch > 0 && mt.max_tokens > 0 && mt.beam > 0,
                  "[train_mt] --batch, --max-tokens and --beam must be positive");
+  check_product("--batch", mt.batch, "--max-tokens", mt.max_tokens, kMaxBatchTokens, "tokens per batch");
   MtTask task(mt, model_options.config(), o.seed);
   std::printf("data: %zu train / %zu valid / %zu test pairs, vocabulary %lld (%lld BPE merges)\n",
               task.split().train.size(), task.split().valid.size(), task.split().test.size(),

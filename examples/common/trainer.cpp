@@ -260,25 +260,29 @@ std::string config_table(const std::vector<std::pair<std::string, std::string>>&
 }
 
 void add_train_flags(Flags& flags, TrainOptions& o) {
-  flags.add("steps", &o.steps, "optimizer steps in all");
-  flags.add("warmup", &o.warmup, "linear warm-up steps before the cosine decay");
-  flags.add("lr", &o.lr, "peak learning rate (AdamW)");
-  flags.add("min-lr-ratio", &o.min_lr_ratio, "final learning rate as a fraction of --lr");
-  flags.add("weight-decay", &o.weight_decay, "AdamW decoupled weight decay");
-  flags.add("clip", &o.clip, "clip the global gradient norm to this (0: off)");
-  flags.add("gate-lr", &o.gate_lr, "MAE: gate learning rate under BCD (0: --lr)");
-  flags.add("bcd-warm", &o.bcd_warm, "MAE: plain-MHA warm-start updates before BCD");
-  flags.add("bcd-f", &o.bcd_f, "MAE: expert (F) updates per BCD block");
-  flags.add("bcd-g", &o.bcd_g, "MAE: gate (G) updates per BCD block");
+  // Generous bounds: past them a value is a typo, not a plan.
+  constexpr int64_t kMaxSteps = 1'000'000'000;
+  const Range<int64_t> any_count{0, kMaxSteps}, positive_count{1, kMaxSteps};
+  const RealRange rate{0, 1e6, End::open, End::closed};
+  flags.add("steps", &o.steps, "optimizer steps in all", positive_count);
+  flags.add("warmup", &o.warmup, "linear warm-up steps before the cosine decay", any_count);
+  flags.add("lr", &o.lr, "peak learning rate (AdamW)", rate);
+  flags.add("min-lr-ratio", &o.min_lr_ratio, "final learning rate as a fraction of --lr", {0, 1});
+  flags.add("weight-decay", &o.weight_decay, "AdamW decoupled weight decay", {0, 1e3});
+  flags.add("clip", &o.clip, "clip the global gradient norm to this (0: off)", {0, 1e9});
+  flags.add("gate-lr", &o.gate_lr, "MAE: gate learning rate under BCD (0: --lr)", {0, 1e6});
+  flags.add("bcd-warm", &o.bcd_warm, "MAE: plain-MHA warm-start updates before BCD", any_count);
+  flags.add("bcd-f", &o.bcd_f, "MAE: expert (F) updates per BCD block", positive_count);
+  flags.add("bcd-g", &o.bcd_g, "MAE: gate (G) updates per BCD block", positive_count);
   flags.add("mae-joint", &o.mae_joint, "MAE: train experts and gates jointly (the NoBCD ablation)");
-  flags.add("eval-every", &o.eval_every, "evaluate every N steps (0: only at the end)");
-  flags.add("ckpt-every", &o.ckpt_every, "checkpoint every N steps (with --ckpt)");
-  flags.add("log-every", &o.log_every, "progress line every N steps when not on a terminal");
+  flags.add("eval-every", &o.eval_every, "evaluate every N steps (0: only at the end)", any_count);
+  flags.add("ckpt-every", &o.ckpt_every, "checkpoint every N steps (with --ckpt; 0: only at the end)", any_count);
+  flags.add("log-every", &o.log_every, "progress line every N steps when not on a terminal", positive_count);
   flags.add("ckpt", &o.ckpt_dir, "run directory: checkpoint.safetensors, log.jsonl, plots");
   flags.add("resume", &o.resume, "continue the run in --ckpt from its checkpoint");
   flags.add("eval-only", &o.eval_only, "load --ckpt's checkpoint, evaluate and stop");
-  flags.add("seed", &o.seed, "seeds initialisation, data order, dropout and sampling");
-  flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)");
+  flags.add("seed", &o.seed, "seeds initialisation, data order, dropout and sampling", {0, UINT64_MAX});
+  flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)", {0, kMaxThreadsFlag});
   flags.add("device", &o.device, "cpu, cuda or cuda:N (data is loaded on the CPU)");
   flags.add("tf32", &o.tf32, "CUDA: TF32 tensor-core matmuls (faster, less precise)");
 }

@@ -25,6 +25,12 @@ struct ImageSplits {
   ImageDataset train, valid, test;
 };
 
+// The [C, H, W] of a dataset's images.
+Shape image_shape(const ImageDataset& data) {
+  const Shape& shape = data.images.shape();
+  return Shape(shape.begin() + 1, shape.end());
+}
+
 ImageSplits load_images(const VitOptions& vit, uint64_t seed) {
   ImageSplits splits;
   if (!vit.images.empty()) {
@@ -34,10 +40,17 @@ ImageSplits load_images(const VitOptions& vit, uint64_t seed) {
     return splits;
   }
   const std::string& d = vit.data;
-  splits.train =
-      load_idx_dataset(d + "/train-images-idx3-ubyte", d + "/train-labels-idx1-ubyte", fashion_mnist_classes());
-  splits.test = load_idx_dataset(d + "/t10k-images-idx3-ubyte", d + "/t10k-labels-idx1-ubyte", fashion_mnist_classes());
-  splits.valid = split_off(splits.train, double(vit.valid_images) / double(splits.train.images.size(0)), seed + 2);
+  const std::string train_images = d + "/train-images-idx3-ubyte", test_images = d + "/t10k-images-idx3-ubyte";
+  splits.train = load_idx_dataset(train_images, d + "/train-labels-idx1-ubyte", fashion_mnist_classes());
+  splits.test = load_idx_dataset(test_images, d + "/t10k-labels-idx1-ubyte", fashion_mnist_classes());
+  // Found here rather than when the model meets the test set after training.
+  HEADROOM_CHECK(image_shape(splits.test) == image_shape(splits.train), "[train_vit] ", test_images,
+                 " holds images of ", shape_str(image_shape(splits.test)), " (C, H, W) but ", train_images, " holds ",
+                 shape_str(image_shape(splits.train)), "; expected the same size");
+  const int64_t n = splits.train.images.size(0);
+  HEADROOM_CHECK(vit.valid_images < n, "[train_vit] --valid-images ", vit.valid_images, " must be below the ", n,
+                 " images of ", train_images);
+  splits.valid = split_off(splits.train, double(vit.valid_images) / double(n), seed + 2);
   return splits;
 }
 
@@ -61,12 +74,20 @@ class VitTask : public ModelTask<ViT> {
     config_.patch_size = vit.patch;
     config_.classes = int64_t(data_.train.class_names.size());
     config_.decoder_layers = 0;
-    build_model();
+    HEADROOM_CHECK(images.size(2) == images.size(3), "[train_vit] the images are ", images.size(2), "x", images.size(3),
+                   " pixels; the ViT expects square images");
+    build_model();  // checks that --patch divides the image size
+    const int64_t patches_per_side = config_.image_size / vit.patch;
+    check_product("--batch", vit.batch, "patches per image", patches_per_side * patches_per_side, kMaxBatchTokens,
+                  "tokens per batch");
   }
 
   std::string unit() const override { return "img"; }
   const ImageSplits& data() const { return data_; }
-  int64_t steps_per_epoch() const { return (data_.train.images.size(0) + vit_.batch - 1) / vit_.batch; }
+  int64_t steps_per_epoch() const {
+    const int64_t n = data_.train.images.size(0);
+    return n / vit_.batch + (n % vit_.batch != 0);  // ceil(n / batch) without n + batch overflowing
+  }
 
   StepOutput step(int64_t step) override {
     Tensor rows = epoch_rows(step);
@@ -182,15 +203,17 @@ void plot_confusion(const std::string& path, const std::vector<std::vector<int64
 }  // namespace
 
 void add_vit_flags(Flags& flags, VitOptions& o) {
+  const Range<int64_t> image_count{0, int64_t(1) << 31};
   flags.add("data", &o.data, "folder with Fashion-MNIST's four IDX files (scripts/fetch-data)");
   flags.add("images", &o.images, "a folder of class subfolders of PNG/JPEG images instead");
-  flags.add("image-size", &o.image_size, "--images: resize to this many pixels square");
-  flags.add("channels", &o.channels, "--images: 1 (grey) or 3 (RGB)");
-  flags.add("patch", &o.patch, "patch size in pixels");
-  flags.add("batch", &o.batch, "images per step");
-  flags.add("epochs", &o.epochs, "train for this many epochs (overrides --steps; 0: use --steps)");
-  flags.add("valid-images", &o.valid_images, "Fashion-MNIST: training images split off for validation");
-  flags.add("eval-images", &o.eval_images, "validation images per periodic evaluation (0: all)");
+  flags.add("image-size", &o.image_size, "--images: resize to this many pixels square", {1, kMaxImageSize});
+  flags.add("channels", &o.channels, "--images: 1 (grey), 2 (grey, alpha), 3 (RGB) or 4 (RGBA)", {1, 4});
+  flags.add("patch", &o.patch, "patch size in pixels", {1, kMaxImageSize});
+  flags.add("batch", &o.batch, "images per step", {1, kMaxBatch});
+  flags.add("epochs", &o.epochs, "train for this many epochs (overrides --steps; 0: use --steps)", {0, 1'000'000});
+  flags.add("valid-images", &o.valid_images, "Fashion-MNIST: training images split off for validation",
+            {1, image_count.max});
+  flags.add("eval-images", &o.eval_images, "validation images per periodic evaluation (0: all)", image_count);
 }
 
 RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, const TrainOptions& options) {

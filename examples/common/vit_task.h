@@ -22,6 +22,9 @@
 
 namespace headroom::examples {
 
+// The largest --image-size and --patch (pixels).
+constexpr int64_t kMaxImageSize = 1024;
+
 struct VitOptions {
   std::string data = "data/fashion-mnist";  // the four IDX files (uncompressed)
   std::string images;                       // a folder of class subfolders instead
