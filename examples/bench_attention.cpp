@@ -20,10 +20,12 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench_common.h"
+#include "headroom/examples/common/cli.h"
 #include "headroom/examples/common/trainer.h"
 #include "headroom/headroom.h"
 
@@ -33,63 +35,44 @@ using namespace headroom::bench;
 namespace {
 
 struct Options {
-  int threads = num_threads();
-  int iters = 20;  // timed pairs, as docs/performance.md's method has it
+  int threads = 0;  // 0: HEADROOM_NUM_THREADS or the core count
+  int iters = 20;   // timed pairs, as docs/performance.md's method has it
   int64_t batch = 4;
-  std::vector<int64_t> seqs = {256, 1024};
+  std::string seq = "256,1024";
+  std::vector<int64_t> seqs;  // seq's lengths
   std::string device = "cpu";
   bool tf32 = false;
   bool smoke = false;
   int host_rounds = 0;  // --by-host-state N: η by quarter of MHA's time over N rounds (0: off)
 };
 
-const char* kUsage =
-    "usage: bench_attention [--threads N] [--iters N] [--batch B] [--seq T,T,...] [--device D] [--tf32]\n"
-    "                       [--by-host-state N] [--smoke]\n"
-    "  --threads N  CPU threads (default: HEADROOM_NUM_THREADS or the core count)\n"
-    "  --iters N    timed pairs per measurement (default 20)\n"
-    "  --batch B    sequences per batch (default 4)\n"
-    "  --seq LIST   sequence lengths, comma separated (default 256,1024)\n"
-    "  --device D   cpu, cuda or cuda:N (default cpu)\n"
-    "  --tf32       CUDA: TF32 tensor-core matmuls\n"
-    "  --by-host-state N  also N rounds of each layer's and MHA's forward+backward, η by quarter\n"
-    "               of MHA's time (how the saving moves with a shared host's load)\n"
-    "  --smoke      tiny shapes, one iteration (CI)\n";
+constexpr int64_t kMaxSeq = 65536;
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--smoke") {
-      o.smoke = true;
-      continue;
-    }
-    if (flag == "--tf32") {
-      o.tf32 = true;
-      continue;
-    }
-    if (flag == "--help") {
-      std::printf("%s", kUsage);
-      std::exit(0);
-    }
-    HEADROOM_CHECK(i + 1 < argc, "[bench_attention] flag ", flag, " needs a value");
-    std::string value = argv[++i];
-    if (flag == "--threads") o.threads = std::stoi(value);
-    else if (flag == "--iters") o.iters = std::stoi(value);
-    else if (flag == "--batch") o.batch = std::stoll(value);
-    else if (flag == "--device") o.device = value;
-    else if (flag == "--by-host-state") o.host_rounds = std::stoi(value);
-    else if (flag == "--seq") {
-      o.seqs.clear();
-      for (size_t at = 0; at < value.size();) {
-        size_t comma = value.find(',', at);
-        o.seqs.push_back(std::stoll(value.substr(at, comma - at)));
-        at = comma == std::string::npos ? value.size() : comma + 1;
-      }
-    } else HEADROOM_FAIL("[bench_attention] unknown flag ", flag);
+void add_flags(examples::Flags& flags, Options& o) {
+  flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or the core count)",
+            {0, examples::kMaxThreadsFlag});
+  flags.add("iters", &o.iters, "timed pairs per measurement", {1, 1'000'000});
+  flags.add("batch", &o.batch, "sequences per batch", {1, 4096});
+  flags.add("seq", &o.seq, "sequence lengths, comma separated, each in [1, 65536]");
+  flags.add("device", &o.device, "cpu, cuda or cuda:N");
+  flags.add("tf32", &o.tf32, "CUDA: TF32 tensor-core matmuls");
+  flags.add("by-host-state", &o.host_rounds,
+            "also N rounds of each layer's and MHA's forward+backward, η by quarter of MHA's time (how the saving "
+            "moves with a shared host's load)",
+            {0, 1'000'000});
+  flags.add("smoke", &o.smoke, "tiny shapes, one iteration (CI)");
+}
+
+// The lengths of --seq, then the smoke mode's shapes.
+void finish_options(Options& o) {
+  for (const std::string& item : examples::split_list(o.seq)) {
+    std::optional<int64_t> length = examples::parse_int64(item);
+    if (!length || *length < 1 || *length > kMaxSeq)
+      throw examples::UsageError("--seq expects comma-separated lengths in [1, 65536], got '" + o.seq + "'");
+    o.seqs.push_back(*length);
   }
+  if (o.seqs.empty()) throw examples::UsageError("--seq names no length");
   if (o.smoke) o.iters = 1, o.batch = 1, o.seqs = {32}, o.host_rounds = std::min(o.host_rounds, 4);
-  return o;
 }
 
 struct Candidate {
@@ -174,7 +157,7 @@ void wait_for(Device device) {
 
 // "4 thread(s)" on the CPU, the device otherwise: the title's hardware.
 std::string hardware(const Options& o, Device device) {
-  return device.is_cpu() ? std::to_string(o.threads) + " thread(s)" : device.str() + (o.tf32 ? " TF32" : "");
+  return device.is_cpu() ? std::to_string(num_threads()) + " thread(s)" : device.str() + (o.tf32 ? " TF32" : "");
 }
 
 // One pass of a layer: forward only (no grad) or forward + backward.
@@ -358,8 +341,9 @@ void run_training_steps(const Options& o, Device device) {
       wait_for(device);
     };
     std::vector<double> times;
-    for (int i = 0; i < (o.smoke ? 1 : 2 + o.iters / 2); ++i) times.push_back(time_ms(step, 1));
-    if (!o.smoke) times.erase(times.begin(), times.begin() + 2);  // warm-up
+    const int warmup = o.smoke ? 0 : 2, timed = o.smoke ? 1 : std::max(o.iters / 2, 1);
+    for (int i = 0; i < warmup + timed; ++i) times.push_back(time_ms(step, 1));
+    times.erase(times.begin(), times.begin() + warmup);
     const double ms = median(times);
     if (std::string(kind.type) == "mha") mha_ms = ms;
     std::string options;
@@ -373,9 +357,13 @@ void run_training_steps(const Options& o, Device device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    Options o = parse(argc, argv);
-    set_num_threads(o.threads);
+  Options o;
+  examples::Flags flags("bench_attention", "each conditional attention layer against dense MHA, timed side by side");
+  add_flags(flags, o);
+  return examples::run_main(flags, [&] {
+    if (!flags.parse(argc, argv)) return 0;
+    finish_options(o);
+    if (o.threads > 0) set_num_threads(o.threads);
     const Device device = examples::training_device(o.device);
     set_allow_tf32(o.tf32);
     std::printf("# bench_attention\n");
@@ -383,8 +371,5 @@ int main(int argc, char** argv) {
     run(o, device);
     run_training_steps(o, device);
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "headroom/core/error.h"
+
 namespace headroom::bench {
 
 // ---- timing ---------------------------------------------------------------
@@ -18,8 +20,9 @@ namespace headroom::bench {
 inline void do_not_optimize(const void* p) { asm volatile("" : : "g"(p) : "memory"); }
 
 // The q-quantile (0 <= q <= 1) of values, interpolated linearly between
-// order statistics (numpy's default).
+// order statistics (numpy's default); throws for no values.
 inline double quantile(std::vector<double> values, double q) {
+  HEADROOM_CHECK(!values.empty(), "[bench] the quantile of no timings; expected at least one");
   std::sort(values.begin(), values.end());
   const double at = q * double(values.size() - 1);
   const size_t below = size_t(at);

@@ -12,13 +12,16 @@
 //
 // f32 throughout (TF32 only with --tf32).  Without a CUDA device it says so
 // and exits 0.
+#include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "bench_common.h"
+#include "headroom/core/read_file.h"
+#include "headroom/examples/common/cli.h"
 #include "headroom/headroom.h"
 #if HEADROOM_HAS_CUDA
 #include "headroom/cuda/runtime.h"
@@ -62,13 +65,14 @@ Comparison gpu_compare(const std::function<void()>& a, const std::function<void(
   return c;
 }
 
+constexpr uint64_t kMaxTorchFileBytes = uint64_t(1) << 20;  // a few dozen lines in practice
+
 // Timings PyTorch measured (scripts/bench_cuda_torch.py writes one "name ms" per
 // line): name -> milliseconds.
 std::map<std::string, double> read_torch(const std::string& path) {
   std::map<std::string, double> times;
   if (path.empty()) return times;
-  std::ifstream in(path);
-  HEADROOM_CHECK(in.good(), "[bench_cuda] cannot read --torch file ", path);
+  std::istringstream in(read_regular_file(path, kMaxTorchFileBytes, "bench_cuda --torch"));
   std::string name;
   double ms = 0;
   while (in >> name >> ms) times[name] = ms;
@@ -216,31 +220,27 @@ void bench_training_step(const Options& o, const std::map<std::string, double>& 
     training_loss(cross_entropy(out.out, tokens), out.aux_losses, batch * T).backward();
     opt.step();
   };
-  const double ms = gpu_ms(step, o.smoke ? 1 : o.iters / 2);
+  const double ms = gpu_ms(step, o.smoke ? 1 : std::max(o.iters / 2, 1));
   table.row({format("%.2f", ms), format("%.0f", double(batch * T) / ms * 1000), torch_cell(torch, "train/mha", ms)});
   table.print();
 }
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--smoke") o.smoke = true, o.iters = 2;
-    else if (flag == "--tf32") o.tf32 = true;
-    else if (flag == "--iters" && i + 1 < argc) o.iters = std::stoi(argv[++i]);
-    else if (flag == "--torch" && i + 1 < argc) o.torch_file = argv[++i];
-    else
-      HEADROOM_FAIL("[bench_cuda] unknown flag ", flag,
-                    " (usage: bench_cuda [--iters N] [--torch FILE] [--tf32] [--smoke])");
-  }
-  return o;
+void add_flags(examples::Flags& flags, Options& o) {
+  flags.add("iters", &o.iters, "timed samples per measurement", {1, 1'000'000});
+  flags.add("torch", &o.torch_file, "PyTorch's timings from scripts/bench_cuda_torch.py, one 'name ms' a line");
+  flags.add("tf32", &o.tf32, "TF32 tensor-core matmuls");
+  flags.add("smoke", &o.smoke, "small shapes, 2 iterations (CI)");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    Options o = parse(argc, argv);
+  Options o;
+  examples::Flags flags("bench_cuda", "the CUDA backend's benchmarks against cuBLAS and PyTorch");
+  add_flags(flags, o);
+  return examples::run_main(flags, [&] {
+    if (!flags.parse(argc, argv)) return 0;
+    if (o.smoke) o.iters = 2;
     std::printf("# bench_cuda\n\n%s\n", device_summary(Device::Kind::cuda).c_str());
     if (device_count(Device::Kind::cuda) == 0) {
       std::printf("skipped: no CUDA device\n");
@@ -252,8 +252,5 @@ int main(int argc, char** argv) {
     bench_attention(o, torch);
     bench_training_step(o, torch);
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

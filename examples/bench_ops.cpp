@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "headroom/examples/common/cli.h"
 #include "headroom/headroom.h"
 #include "headroom/ops/matmul.h"
 #include "headroom/ops/attention.h"
@@ -52,40 +53,20 @@ namespace {
 // ---- options --------------------------------------------------------------
 
 struct Options {
-  int threads = num_threads();  // HEADROOM_NUM_THREADS or the core count
-  int iters = 20;               // timed pairs per measurement
-  bool smoke = false;           // tiny sizes, one iteration: checks that every section runs
-  std::string only;             // run just this section (empty: all)
-  bool help = false;
+  int threads = 0;     // 0: HEADROOM_NUM_THREADS or the core count
+  int iters = 20;      // timed pairs per measurement
+  bool smoke = false;  // tiny sizes, one iteration: checks that every section runs
+  std::string only;    // run just this section (empty: all)
 };
 
-const char* kUsage =
-    "usage: bench_ops [--threads N] [--iters N] [--smoke] [--only SECTION]\n"
-    "  --threads N     CPU threads for OpenMP and OpenBLAS (default: HEADROOM_NUM_THREADS or the core count)\n"
-    "  --iters N       timed pairs per measurement, after warm-up (default 20; matmul uses at least 20)\n"
-    "  --smoke         tiny sizes and 1 iteration, for CI\n"
-    "  --only SECTION  run one section: matmul, dispatch, attention or routing (default: all)\n"
-    "  --help          this text\n";
-
-Options parse_options(int argc, char** argv) {
-  Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> int {
-      HEADROOM_CHECK(i + 1 < argc, "[bench_ops] ", arg, " needs a value");
-      int n = std::atoi(argv[++i]);
-      HEADROOM_CHECK(n >= 1, "[bench_ops] ", arg, " must be a positive integer, got '", argv[i], "'");
-      return n;
-    };
-    if (arg == "--threads") options.threads = value();
-    else if (arg == "--iters") options.iters = value();
-    else if (arg == "--smoke") options.smoke = true;
-    else if (arg == "--only" && i + 1 < argc) options.only = argv[++i];
-    else if (arg == "--help") options.help = true;
-    else HEADROOM_FAIL("[bench_ops] unknown flag '", arg, "'");
-  }
-  if (options.smoke) options.iters = 1;
-  return options;
+void add_flags(examples::Flags& flags, Options& options) {
+  flags.add("threads", &options.threads,
+            "CPU threads for OpenMP and OpenBLAS (0: HEADROOM_NUM_THREADS or the core count)",
+            {0, examples::kMaxThreadsFlag});
+  flags.add("iters", &options.iters, "timed pairs per measurement, after warm-up (matmul uses at least 20)",
+            {1, 1'000'000});
+  flags.add("smoke", &options.smoke, "tiny sizes and 1 iteration, for CI");
+  flags.add("only", &options.only, "run one section: matmul, dispatch, attention or routing (default: all)");
 }
 
 // ---- section 1: matmul against cblas_sgemm --------------------------------
@@ -373,34 +354,21 @@ const Section kSections[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    Options options;
-    try {
-      options = parse_options(argc, argv);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "%s\n%s", e.what(), kUsage);
-      return 2;
-    }
-    if (options.help) {
-      std::printf("%s", kUsage);
-      return 0;
-    }
+  Options options;
+  examples::Flags flags("bench_ops", "headroom's ops against the raw kernels they call, timed side by side");
+  add_flags(flags, options);
+  return examples::run_main(flags, [&] {
+    if (!flags.parse(argc, argv)) return 0;
+    auto named = [&](const Section& section) { return options.only.empty() || options.only == section.name; };
+    if (std::none_of(std::begin(kSections), std::end(kSections), named))
+      throw examples::UsageError("--only names no section: '" + options.only + "'");
+    if (options.smoke) options.iters = 1;
+    if (options.threads == 0) options.threads = num_threads();  // the section titles show it
     set_num_threads(options.threads);
     std::printf("# bench_ops\n\nthreads %d | iters %d%s | OpenBLAS %s\n\n", options.threads, options.iters,
                 options.smoke ? " | smoke" : "", openblas_get_config());
-    bool ran = false;
-    for (const Section& section : kSections) {
-      if (!options.only.empty() && options.only != section.name) continue;
-      section.run(options);
-      ran = true;
-    }
-    if (!ran) {
-      std::fprintf(stderr, "bench_ops: no section named '%s'\n%s", options.only.c_str(), kUsage);
-      return 2;
-    }
+    for (const Section& section : kSections)
+      if (named(section)) section.run(options);
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  });
 }
