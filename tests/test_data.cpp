@@ -1,12 +1,14 @@
 // Data loaders of the training binaries (examples/common): IDX files, image
 // folders, text files, gettext catalogs and TSV sentence pairs, each read from
 // small files the tests write, whole and corrupted.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "headroom/examples/common/idx.h"
 #include "headroom/examples/common/image_folder.h"
 #include "headroom/examples/common/parallel_data.h"
+#include "headroom/examples/common/progress.h"
 #include "headroom/examples/common/text_data.h"
 #include "helpers.h"
 
@@ -93,7 +96,7 @@ TEST_CASE("data: read_idx rejects bad magic, other types, truncated files and tr
                         "truncated");
   CHECK_THROWS_HEADROOM(read_idx(dir.write("long.idx", idx_header({2}) + bytes_of({1, 2, 3}))),
                         "long.idx: 1 trailing bytes after the (2) elements");
-  CHECK_THROWS_HEADROOM(read_idx((dir.path / "missing.idx").string()), "missing.idx: cannot open the file");
+  CHECK_THROWS_HEADROOM(read_idx((dir.path / "missing.idx").string()), "cannot open");
 }
 
 TEST_CASE("data: load_idx_dataset scales pixels to [0, 1] as [N, 1, H, W] and checks labels") {
@@ -110,6 +113,13 @@ TEST_CASE("data: load_idx_dataset scales pixels to [0, 1] as [N, 1, H, W] and ch
   std::string three = dir.write("three", idx_header({3}) + bytes_of({0, 0, 0}));
   CHECK_THROWS_HEADROOM(load_idx_dataset(images, three, {"a", "b"}), "holds 2 images but");
   CHECK_THROWS_HEADROOM(load_idx_dataset(images, labels, {"a"}), "label 1 of example 0 is not below the 1 classes");
+  // Empty sets and empty images are refused here, not found later as a division by zero.
+  std::string none = dir.write("none", idx_header({0, 28, 28}));
+  std::string no_labels = dir.write("no_labels", idx_header({0}));
+  CHECK_THROWS_HEADROOM(load_idx_dataset(none, no_labels, {"a"}), "none: shape (0,28,28) holds no images");
+  std::string flat = dir.write("flat", idx_header({2, 0, 5}));
+  CHECK_THROWS_HEADROOM(load_idx_dataset(flat, labels, {"a", "b"}),
+                        "flat: shape (2,0,5) holds no images or empty ones");
   CHECK(fashion_mnist_classes().size() == 10);
   CHECK(fashion_mnist_classes()[9] == "Ankle boot");
 }
@@ -140,6 +150,36 @@ TEST_CASE("data: split_off moves a seeded, reproducible fraction out and keeps t
   CHECK(split_off(other, 0.25, 8).labels.to_vector<int>() != held);  // another seed differs
   CHECK_THROWS_HEADROOM(split_off(train, 0.01, 1), "leaves an empty part");
   CHECK_THROWS_HEADROOM(split_off(train, 1.0, 1), "fraction must be in (0, 1)");
+}
+
+// ---- what every loader refuses ------------------------------------------------------------
+
+TEST_CASE("data: every loader refuses a directory, a FIFO, a device and a missing path, naming it") {
+  TempDir dir("not_files");
+  const std::string folder = dir.file("folder"), fifo = dir.file("fifo"), missing = dir.file("missing");
+  fs::create_directories(folder);
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  struct Loader {
+    const char* name;
+    std::function<void(const std::string&)> load;
+  };
+  const Loader loaders[] = {{"read_text_file", [](const std::string& p) { read_text_file(p); }},
+                            {"read_idx", [](const std::string& p) { read_idx(p); }},
+                            {"read_tsv", [](const std::string& p) { read_tsv(p); }},
+                            {"read_mo", [](const std::string& p) { read_mo(p); }},
+                            {"jsonl", [](const std::string& p) { read_jsonl_numbers(p, "eval"); }}};
+  const std::pair<std::string, std::string> paths[] = {{folder, "is a directory"},
+                                                       {fifo, "is a FIFO"},
+                                                       {"/dev/zero", "is a character device"},
+                                                       {missing, "cannot open"}};
+  for (const Loader& loader : loaders)
+    for (const auto& [path, reason] : paths) {
+      CAPTURE(loader.name);
+      CAPTURE(path);
+      CHECK_THROWS_HEADROOM(loader.load(path), (std::string("[") + loader.name + "]").c_str());
+      CHECK_THROWS_HEADROOM(loader.load(path), path.c_str());
+      CHECK_THROWS_HEADROOM(loader.load(path), reason.c_str());
+    }
 }
 
 // ---- image folders ---------------------------------------------------------------------
@@ -186,7 +226,7 @@ TEST_CASE("data: read_text_file accepts UTF-8 and names the offset of invalid by
       "e \xe2\x82\xac \xf0\x9f\x98\x80\n";  // Grüße € 😀
   CHECK(read_text_file(dir.write("good.txt", good)) == good);
   CHECK_THROWS_HEADROOM(read_text_file(dir.write("empty.txt", "")), "empty.txt: the file is empty");
-  CHECK_THROWS_HEADROOM(read_text_file((dir.path / "none.txt").string()), "none.txt: cannot open");
+  CHECK_THROWS_HEADROOM(read_text_file((dir.path / "none.txt").string()), "cannot open");
   CHECK_THROWS_HEADROOM(read_text_file(dir.write("latin1.txt",
                                                  "abc\xfc"
                                                  "d")),
@@ -271,6 +311,11 @@ TEST_CASE("data: TSV round trip, line numbers in errors") {
   CHECK_THROWS_HEADROOM(read_tsv(dir.write("notab.tsv", "x\ty\n\nno tab here\n")),
                         "notab.tsv:3: expected source<TAB>target (exactly one tab), got no tab");
   CHECK_THROWS_HEADROOM(read_tsv(dir.write("tabs.tsv", "a\tb\tc\n")), "tabs.tsv:1: expected");
+  // As the .mo reader: invalid UTF-8 is refused, naming the line and the offset.
+  CHECK_THROWS_HEADROOM(read_tsv(dir.write("latin1.tsv",
+                                           "x\ty\nGr\xfc\xdf"
+                                           "e\tgreetings\n")),
+                        "latin1.tsv:2: invalid UTF-8 at byte offset 6");
   CHECK_THROWS_HEADROOM(write_tsv(path, {{"a\tb", "c"}}), "pair 0 holds a tab or a line break");
   CHECK(read_tsv(path) == pairs);  // the failed write left the file as it was
 }

@@ -131,15 +131,23 @@ TEST_CASE("Tokenizer rejects bad ids, malformed text and a bad merge count") {
   CHECK_THROWS_HEADROOM(Tokenizer::learn({"ab"}, -1), "merges must be in");
   CHECK_THROWS_HEADROOM(Tokenizer::from_text(""), "line 1: expected 'headroom-bpe v1 <merges>'");
   CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v2 0\n"), "line 1: expected");
-  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 x\n"), "line 1: expected a non-negative integer");
+  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 x\n"),
+                        "line 1: expected a merge count in [0, 2147483388], got 'x'");
   CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 2\n100 100\n"), "announces 2 merges but 1 lines");
   CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n100\n"), "line 2: expected two ids");
   CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n100  101\n"), "line 2: expected two ids");
-  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n100 -5\n"), "line 2: expected a non-negative");
-  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n1 100\n"), "line 2: id 1 must be in [3, 259)");
-  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n100 259\n"), "id 259 must be in [3, 259)");
+  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n100 -5\n"),
+                        "line 2: expected an id in [3, 258], got '-5'");
+  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n1 100\n"),
+                        "line 2: expected an id in [3, 258], got '1'");
+  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n100 259\n"), "expected an id in [3, 258], got '259'");
   CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 2\n100 101\n100 101\n"), "line 3: the pair 100 101");
   CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n100 101\n\n"), "announces 1 merges but 2 lines");
+  // Numbers are whole decimal integers within their range, never wrapped or cut.
+  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 2147483389\n"), "expected a merge count in");
+  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 99999999999999999999\n"), "expected a merge count");
+  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 +1\n100 101\n"), "expected a merge count");
+  CHECK_THROWS_HEADROOM(Tokenizer::from_text("headroom-bpe v1 1\n4294967396 101\n"), "got '4294967396'");
 }
 
 TEST_CASE("Tokenizer::describe_token prints specials, escapes and UTF-8") {

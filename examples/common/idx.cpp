@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "headroom/core/error.h"
+#include "headroom/core/read_file.h"
 #include "headroom/core/rng.h"
-#include "headroom/examples/common/text_data.h"
 #include "headroom/ops/routing.h"
 
 namespace headroom::examples {
@@ -24,7 +24,7 @@ uint32_t big_endian_u32(const std::string& bytes, size_t at) {
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
-  std::string bytes = read_file_bytes(path, "read_idx");
+  std::string bytes = read_regular_file(path, kMaxIdxBytes, "read_idx");
   HEADROOM_CHECK(bytes.size() >= 4, "[read_idx] ", path, ": ", bytes.size(),
                  " bytes, too short for the 4-byte IDX magic");
   auto byte = [&](size_t i) { return static_cast<int>(static_cast<unsigned char>(bytes[i])); };
@@ -62,6 +62,10 @@ ImageDataset load_idx_dataset(const std::string& images_path, const std::string&
                  labels.shape.size(), " dimensions");
   HEADROOM_CHECK(images.shape[0] == labels.shape[0], "[load_idx_dataset] ", images_path, " holds ", images.shape[0],
                  " images but ", labels_path, " holds ", labels.shape[0], " labels");
+  // An empty set or image would only surface later, as a division by zero.
+  for (int64_t size : images.shape)
+    HEADROOM_CHECK(size > 0, "[load_idx_dataset] ", images_path, ": shape ", shape_str(images.shape),
+                   " holds no images or empty ones, expected every size positive");
   for (size_t i = 0; i < labels.data.size(); ++i)
     HEADROOM_CHECK(labels.data[i] < class_names.size(), "[load_idx_dataset] ", labels_path, ": label ",
                    static_cast<int>(labels.data[i]), " of example ", i, " is not below the ", class_names.size(),

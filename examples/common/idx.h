@@ -20,12 +20,17 @@
 
 namespace headroom::examples {
 
+// The largest IDX file read_idx reads: 1 GiB (its pixels take four times
+// that as f32).
+constexpr uint64_t kMaxIdxBytes = uint64_t(1) << 30;
+
 struct IdxArray {
   std::vector<int64_t> shape;  // 1 to 4 dimensions
   std::vector<uint8_t> data;   // row-major, product(shape) bytes
 };
 
-// Throws naming the path for a bad magic, an unsupported type, a header that
+// Throws naming the path for a file that is missing, not a regular file or
+// larger than kMaxIdxBytes, a bad magic, an unsupported type, a header that
 // does not fit, and a file shorter or longer than its header says.
 IdxArray read_idx(const std::string& path);
 
@@ -35,9 +40,9 @@ struct ImageDataset {
   std::vector<std::string> class_names;
 };
 
-// Images: u8 [N, H, W] (one channel) or [N, H, W, C]; labels: u8 [N], each
-// below class_names.size().  Throws when the counts disagree or a label is
-// out of range.
+// Images: u8 [N, H, W] (one channel) or [N, H, W, C], every size positive;
+// labels: u8 [N], each below class_names.size().  Throws when the counts
+// disagree, a size is 0 or a label is out of range.
 ImageDataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
                               std::vector<std::string> class_names);
 

@@ -8,6 +8,7 @@
 
 #include "headroom/core/atomic_file.h"
 #include "headroom/core/error.h"
+#include "headroom/core/read_file.h"
 #include "headroom/core/rng.h"
 #include "headroom/examples/common/text_data.h"
 
@@ -26,7 +27,7 @@ constexpr uint32_t kMoMagicSwapped = 0xde120495;
 
 class MoFile {
  public:
-  explicit MoFile(std::string path) : path_(std::move(path)), bytes_(read_file_bytes(path_, "read_mo")) {
+  explicit MoFile(std::string path) : path_(std::move(path)), bytes_(read_regular_file(path_, kMaxMoBytes, "read_mo")) {
     uint32_t magic = u32(0, "magic");
     HEADROOM_CHECK(magic == kMoMagic || magic == kMoMagicSwapped, "[read_mo] ", path_, ": bad magic 0x", std::hex,
                    magic, ", expected 0x950412de in either byte order (a GNU .mo file)");
@@ -122,7 +123,11 @@ SentencePairs read_mo_dir(const std::string& dir) {
 }
 
 SentencePairs read_tsv(const std::string& path) {
-  std::string text = read_file_bytes(path, "read_tsv");
+  std::string text = read_regular_file(path, kMaxTsvBytes, "read_tsv");
+  size_t bad = invalid_utf8_offset(text);
+  HEADROOM_CHECK(bad == std::string::npos, "[read_tsv] ", path, ":",
+                 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n'),
+                 ": invalid UTF-8 at byte offset ", bad, "; expected a UTF-8 file");
   SentencePairs pairs;
   size_t line_number = 0;
   for (size_t start = 0; start < text.size();) {

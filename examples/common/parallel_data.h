@@ -8,6 +8,7 @@
 //   ParallelSplit split = split_pairs(pairs, 1000, 1000);
 //   write_tsv("data/mt-train.tsv", split.train);
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,13 +17,18 @@ namespace headroom::examples {
 
 using SentencePairs = std::vector<std::pair<std::string, std::string>>;  // (source, target)
 
+// The largest .mo catalog and TSV file the readers read (catalogs are a few
+// hundred KiB; a TSV corpus may be large).
+constexpr uint64_t kMaxMoBytes = uint64_t(256) << 20, kMaxTsvBytes = uint64_t(1) << 30;
+
 // The (msgid, msgstr) pairs of a .mo catalog, in file order, without the
 // header entry (empty msgid).  Plural entries give their singular msgid and
 // first msgstr form; a message context (msgctxt, the text before '\x04' in
 // the msgid) is dropped.  The catalog's charset (header Content-Type) must be
 // UTF-8 or ASCII.  Either byte order is read.  Throws naming the path for a
-// bad magic, an unknown major revision, a table or string that runs past the
-// end of the file, and another charset.
+// file that is missing, not a regular file or over kMaxMoBytes, a bad magic,
+// an unknown major revision, a table or string that runs past the end of the
+// file, and another charset.
 SentencePairs read_mo(const std::string& path);
 
 // Every *.mo file below `dir` (recursively), read in sorted path order so the
@@ -30,8 +36,9 @@ SentencePairs read_mo(const std::string& path);
 SentencePairs read_mo_dir(const std::string& dir);
 
 // One "source<TAB>target" pair per line; empty lines are skipped, a trailing
-// '\r' is dropped.  Throws naming the line number for a line without exactly
-// one tab.
+// '\r' is dropped.  Throws naming the path for a file that is missing, not a
+// regular file or over kMaxTsvBytes, and naming the line for invalid UTF-8
+// and for a line without exactly one tab.
 SentencePairs read_tsv(const std::string& path);
 
 // Writes the pairs as read_tsv reads them, atomically; throws for a sentence

@@ -3,11 +3,12 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <fstream>
+#include <filesystem>
 #include <sstream>
 
 #include "headroom/core/atomic_file.h"
 #include "headroom/core/error.h"
+#include "headroom/core/read_file.h"
 
 namespace headroom::examples {
 
@@ -82,8 +83,7 @@ std::string json_object(const std::vector<JsonField>& fields) {
 
 std::vector<std::vector<std::pair<std::string, double>>> read_jsonl_numbers(const std::string& path,
                                                                             const std::string& type) {
-  std::ifstream in(path);
-  HEADROOM_CHECK(in.good(), "[jsonl] cannot open ", path);
+  std::istringstream in(read_regular_file(path, kMaxReadBytes, "jsonl"));
   std::vector<std::vector<std::pair<std::string, double>>> rows;
   std::string line;
   while (std::getline(in, line)) {
@@ -95,7 +95,8 @@ std::vector<std::vector<std::pair<std::string, double>>> read_jsonl_numbers(cons
 
 JsonlLog::JsonlLog(const std::string& path, int64_t keep_until_step) : path_(path) {
   if (keep_until_step >= 0) {
-    std::ifstream in(path);
+    // A log that does not exist yet keeps nothing; anything else at the path must be a readable file.
+    std::istringstream in(std::filesystem::exists(path) ? read_regular_file(path, kMaxReadBytes, "jsonl") : "");
     std::string line, kept;
     while (in && std::getline(in, line)) {
       auto numbers = parse_line(line).second;

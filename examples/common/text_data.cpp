@@ -1,19 +1,9 @@
 #include "headroom/examples/common/text_data.h"
 
-#include <fstream>
-#include <iterator>
-
 #include "headroom/core/error.h"
+#include "headroom/core/read_file.h"
 
 namespace headroom::examples {
-
-std::string read_file_bytes(const std::string& path, const std::string& owner) {
-  std::ifstream in(path, std::ios::binary);
-  HEADROOM_CHECK(in.good(), "[", owner, "] ", path, ": cannot open the file");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  HEADROOM_CHECK(!in.bad(), "[", owner, "] ", path, ": read error");
-  return bytes;
-}
 
 namespace {
 
@@ -56,7 +46,7 @@ size_t invalid_utf8_offset(const std::string& text) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::string text = read_file_bytes(path, "read_text_file");
+  std::string text = read_regular_file(path, kMaxTextBytes, "read_text_file");
   HEADROOM_CHECK(!text.empty(), "[read_text_file] ", path, ": the file is empty, expected some text");
   size_t bad = invalid_utf8_offset(text);
   HEADROOM_CHECK(bad == std::string::npos, "[read_text_file] ", path, ": invalid UTF-8 at byte offset ", bad,

@@ -5,20 +5,22 @@
 //   std::string text = read_text_file("data/fortunes.txt");
 //   TextSplit split = split_text(text, 0.1);   // the last ~10% (whole lines) validates
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace headroom::examples {
 
-// The bytes of a file; throws "[owner] <path>: ..." when it cannot be read.
-std::string read_file_bytes(const std::string& path, const std::string& owner);
+// The largest text read_text_file reads: 1 GiB (its ids take four times that).
+constexpr uint64_t kMaxTextBytes = uint64_t(1) << 30;
 
 // The offset of the first byte that does not belong to a well-formed UTF-8
 // sequence (RFC 3629: no overlong forms, no surrogates, nothing past
 // U+10FFFF), or std::string::npos when all of `text` is valid.
 size_t invalid_utf8_offset(const std::string& text);
 
-// A whole text file; throws for a missing or empty file, and for invalid
-// UTF-8, naming the byte offset.
+// A whole text file; throws naming the path for a missing or empty file,
+// one that is not a regular file (a directory, FIFO or device) or larger
+// than kMaxTextBytes, and for invalid UTF-8, naming the byte offset.
 std::string read_text_file(const std::string& path);
 
 struct TextSplit {

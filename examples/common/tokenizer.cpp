@@ -1,14 +1,14 @@
 #include "headroom/examples/common/tokenizer.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <sstream>
 
 #include "headroom/core/error.h"
+#include "headroom/examples/common/cli.h"
 
 namespace headroom::examples {
 
@@ -195,15 +195,12 @@ class BpeLearner {
 
 constexpr const char* kTextHeader = "headroom-bpe v1 ";
 
-// A decimal integer filling all of `field`.
-int64_t parse_integer(const std::string& field, size_t line_number) {
-  errno = 0;
-  char* end = nullptr;
-  long long value = std::strtoll(field.c_str(), &end, 10);
-  bool digits_only = !field.empty() && field.find_first_not_of("0123456789") == std::string::npos;
-  HEADROOM_CHECK(digits_only && *end == '\0' && errno == 0, "[Tokenizer::from_text] line ", line_number,
-                 ": expected a non-negative integer, got '", field, "'");
-  return value;
+// A decimal integer in [min, max] filling all of `field`; `what` names it in the error.
+int64_t parse_field(const std::string& field, size_t line_number, int64_t min, int64_t max, const char* what) {
+  std::optional<int64_t> value = parse_int64(field);
+  HEADROOM_CHECK(value && *value >= min && *value <= max, "[Tokenizer::from_text] line ", line_number, ": expected ",
+                 what, " in [", min, ", ", max, "], got '", field.substr(0, 40), "'");
+  return *value;
 }
 
 std::vector<std::string> split(const std::string& text, char separator) {
@@ -349,7 +346,7 @@ Tokenizer Tokenizer::from_text(const std::string& text) {
   const std::string header = kTextHeader;
   HEADROOM_CHECK(lines[0].compare(0, header.size(), header) == 0, "[Tokenizer::from_text] line 1: expected '", header,
                  "<merges>', got '", lines[0].substr(0, 40), "'");
-  int64_t merges = parse_integer(lines[0].substr(header.size()), 1);
+  int64_t merges = parse_field(lines[0].substr(header.size()), 1, 0, INT32_MAX - kFirstMerge, "a merge count");
   HEADROOM_CHECK(static_cast<int64_t>(lines.size()) - 1 == merges, "[Tokenizer::from_text] the header announces ",
                  merges, " merges but ", lines.size() - 1, " lines follow");
   Tokenizer tokenizer;
@@ -357,11 +354,10 @@ Tokenizer Tokenizer::from_text(const std::string& text) {
     std::vector<std::string> fields = split(lines[k], ' ');
     HEADROOM_CHECK(fields.size() == 2, "[Tokenizer::from_text] line ", k + 1,
                    ": expected two ids '<left> <right>', got '", lines[k], "'");
-    int64_t left = parse_integer(fields[0], k + 1), right = parse_integer(fields[1], k + 1);
     // A merge joins bytes or earlier merges, never the special ids.
-    for (int64_t id : {left, right})
-      HEADROOM_CHECK(id >= kFirstByte && id < tokenizer.vocab_size(), "[Tokenizer::from_text] line ", k + 1, ": id ",
-                     id, " must be in [", kFirstByte, ", ", tokenizer.vocab_size(), ")");
+    const int64_t last_id = tokenizer.vocab_size() - 1;
+    int64_t left = parse_field(fields[0], k + 1, kFirstByte, last_id, "an id");
+    int64_t right = parse_field(fields[1], k + 1, kFirstByte, last_id, "an id");
     HEADROOM_CHECK(!tokenizer.merge_rank_.count(pair_key(left, right)), "[Tokenizer::from_text] line ", k + 1,
                    ": the pair ", left, " ", right, " is merged twice");
     tokenizer.add_merge(static_cast<int32_t>(left), static_cast<int32_t>(right));
