@@ -122,3 +122,23 @@ TEST_CASE("compare's method presets stay within 2% of MHA's parameters at the bi
   }
   CHECK_THROWS_AS(method_preset("dense", ModelOptions{}), UsageError);
 }
+
+TEST_CASE("the tasks refuse batches whose sizes multiply past the limit before allocating them") {
+  // Called directly, past the flags' ranges: std::bad_alloc from train_lm and a
+  // division by zero (SIGFPE) in train_vit's steps per epoch before the bounds.
+  TempDir dir("task_limits");
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "a line of text " + std::to_string(i) + "\n";
+  LmOptions lm;
+  lm.data = dir.write("text.txt", text), lm.context = 16, lm.batch = INT64_MAX / 4;
+  CHECK_THROWS_HEADROOM(run_lm(lm, tiny_model("mha"), few_steps("")), "tokens per batch");
+  for (int c = 0; c < 2; ++c) {
+    std::filesystem::create_directories(dir.file("images/c" + std::to_string(c)));
+    for (int i = 0; i < 10; ++i)
+      save_png(dir.file("images/c" + std::to_string(c) + "/" + std::to_string(i) + ".png"),
+               Tensor::full({8, 8, 3}, 0.5));
+  }
+  VitOptions vit;
+  vit.images = dir.file("images"), vit.image_size = 8, vit.patch = 4, vit.batch = INT64_MAX, vit.epochs = 1;
+  CHECK_THROWS_AS(run_vit(vit, tiny_model("mha"), few_steps("")), UsageError);
+}

@@ -1,0 +1,336 @@
+// The bad-input table of each binary: every class of bad flag or input file
+// (malformed, out of range, too large for the type, negative, huge batch,
+// repeated attention option, /dev/zero, a directory or FIFO as data, missing
+// or invalid files, empty or mismatched datasets) run through the built
+// binary.  Each must exit with 2 (a usage error, with the usage) or 1 (any
+// other error), never by a signal or a hang, before training starts, with a
+// message that names the problem and holds no standard-library text.
+#ifdef HEADROOM_EXAMPLES_BIN_DIR
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+
+using headroom::testing::TempDir;
+
+namespace {
+
+struct BadInput {
+  std::vector<std::string> args;
+  int status;            // 2: usage error, 1: other error
+  std::string expected;  // in stderr: the flag, the path or the problem
+};
+
+std::string shell_quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// Text that says a standard-library exception reached the user.
+const char* const kLeaks[] = {"std::",     "stoll",    "stoi",         "stoul",           "basic_string",
+                              "bad_alloc", "vector::", "out_of_range", "invalid_argument"};
+
+// Runs `binary` (in the run's folder, stdout discarded) on each row and checks
+// its exit status and message.  A hang ends after 30 s with status 124.
+void check_table(const std::string& binary, const std::vector<BadInput>& table, const TempDir& dir) {
+  const std::string program = std::string(HEADROOM_EXAMPLES_BIN_DIR) + "/" + binary;
+  REQUIRE(std::filesystem::exists(program));
+  for (const BadInput& row : table) {
+    std::string command = "cd " + shell_quoted(dir.path.string()) + " && timeout 30 " + shell_quoted(program);
+    for (const std::string& arg : row.args) command += " " + shell_quoted(arg);
+    command += " > /dev/null 2> stderr.txt";
+    const int raw = std::system(command.c_str());
+    const std::string message = file_text(dir.file("stderr.txt"));
+    CAPTURE(command);
+    CAPTURE(message);
+    REQUIRE(WIFEXITED(raw));
+    const int status = WEXITSTATUS(raw);  // the shell's: 128 + N for a signal, 124 for a timeout
+    CHECK(status == row.status);
+    CHECK(message.rfind("error: ", 0) == 0);
+    CHECK(message.find(row.expected) != std::string::npos);
+    if (row.status == 2) CHECK(message.find("usage: ") != std::string::npos);
+    for (const char* leak : kLeaks) CHECK_MESSAGE(message.find(leak) == std::string::npos, leak);
+  }
+}
+
+// The data every table shares, in one folder: a text, sentence pairs, IDX
+// datasets (good, empty, other test image size, a FIFO or a device for the
+// training images), a FIFO, a folder and files of invalid UTF-8.
+struct BadInputData {
+  TempDir dir;
+  explicit BadInputData(const std::string& name) : dir(name) {
+    std::string text, pairs;
+    for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i) + " of a small text to train on\n";
+    dir.write("text.txt", text);
+    for (int i = 0; i < 60; ++i) pairs += "number " + std::to_string(i) + "\tNummer " + std::to_string(i) + "\n";
+    dir.write("pairs.tsv", pairs);
+    dir.write("latin1.tsv", pairs +
+                                "Gr\xfc\xdf"
+                                "e\tGr\xc3\xbc\xc3\x9f"
+                                "e\n");
+    dir.write("latin1.txt", text + "caf\xe9\n");
+    dir.write("notab.tsv", "one\tzwei\nno tab here\n");
+    dir.write("folder/readme", "not a .mo file");
+    REQUIRE(mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+    write_idx_pair("fm", "train", 24, 8, 8);
+    write_idx_pair("fm", "t10k", 8, 8, 8);
+    write_idx_pair("fm0", "train", 0, 8, 8);
+    write_idx_pair("fm0", "t10k", 0, 8, 8);
+    write_idx_pair("fmdims", "train", 24, 8, 8);
+    write_idx_pair("fmdims", "t10k", 8, 10, 10);
+    write_idx_pair("fmfifo", "t10k", 8, 8, 8);
+    write_idx_pair("fmfifo", "train", 24, 8, 8);
+    std::filesystem::remove(dir.file("fmfifo/train-images-idx3-ubyte"));
+    REQUIRE(mkfifo(dir.file("fmfifo/train-images-idx3-ubyte").c_str(), 0600) == 0);
+    write_idx_pair("fmzero", "t10k", 8, 8, 8);
+    write_idx_pair("fmzero", "train", 24, 8, 8);
+    std::filesystem::remove(dir.file("fmzero/train-images-idx3-ubyte"));
+    std::filesystem::create_symlink("/dev/zero", dir.file("fmzero/train-images-idx3-ubyte"));
+    std::filesystem::create_directories(dir.file("no-classes"));
+  }
+
+  static std::string idx(const std::vector<uint32_t>& shape, const std::string& data) {
+    std::string header{0, 0, 8, static_cast<char>(shape.size())};
+    for (uint32_t size : shape)
+      for (int shift : {24, 16, 8, 0}) header += static_cast<char>((size >> shift) & 0xFF);
+    return header + data;
+  }
+
+  void write_idx_pair(const std::string& folder, const std::string& part, uint32_t n, uint32_t h, uint32_t w) {
+    std::string pixels(size_t(n) * h * w, '\x80'), labels;
+    for (uint32_t i = 0; i < n; ++i) labels += static_cast<char>(i % 10);
+    dir.write(folder + "/" + part + "-images-idx3-ubyte", idx({n, h, w}, pixels));
+    dir.write(folder + "/" + part + "-labels-idx1-ubyte", idx({n}, labels));
+  }
+};
+
+// Rows every training binary shares: its train and model flags.
+std::vector<BadInput> shared_rows(const std::vector<std::string>& data) {
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), data.begin(), data.end());
+    return args;
+  };
+  return {
+      {with({"--steps", "abc"}), 2, "--steps expects an integer"},
+      {with({"--steps", "0"}), 2, "--steps"},
+      {with({"--steps", "99999999999999999999"}), 2, "--steps"},
+      {with({"--warmup", "-1"}), 2, "--warmup"},
+      {with({"--threads", "4294967297"}), 2, "--threads expects an integer in [0, 1024]"},
+      {with({"--threads", "2147483647"}), 2, "--threads"},
+      {with({"--threads", "-1"}), 2, "--threads"},
+      {with({"--clip", "-1"}), 2, "--clip"},
+      {with({"--lr", "nan"}), 2, "--lr"},
+      {with({"--lr", "-0.1"}), 2, "--lr"},
+      {with({"--weight-decay", "1e999"}), 2, "--weight-decay"},
+      {with({"--seed", "-1"}), 2, "--seed"},
+      {with({"--seed", "18446744073709551616"}), 2, "--seed"},
+      {with({"--log-every", "0"}), 2, "--log-every"},
+      {with({"--bcd-f", "0"}), 2, "--bcd-f"},
+      {with({"--dim", "0"}), 2, "--dim"},
+      {with({"--heads", "-4"}), 2, "--heads"},
+      {with({"--dropout", "1"}), 2, "--dropout"},
+      {with({"--dim", "16384", "--heads", "8", "--ffn", "65536", "--layers", "256"}), 2, "weights per stack"},
+      {with({"--attn", "moh", "--attn-opt", "shared_heads=1,shared_heads=2"}), 2, "the key 'shared_heads' twice"},
+      {with({"--attn-set", "layer.0.type=mha,layer.0.type=moh"}), 2, "the key 'layer.0.type' twice"},
+      {with({"--attn-opt", "=1"}), 2, "--attn-opt entries are key=value"},
+      {with({"--no-such-flag"}), 2, "unknown flag --no-such-flag"},
+      {with({"--steps"}), 2, "--steps needs a value"},
+      {with({"--device", "cuda:99999"}), 1, "cuda:99999"},
+      {with({"--steps", "5", "--warmup", "10"}), 1, "--warmup 10"},
+      {with({"--resume"}), 1, "checkpoint.safetensors"},
+  };
+}
+
+void append(std::vector<BadInput>& table, const std::vector<BadInput>& rows) {
+  table.insert(table.end(), rows.begin(), rows.end());
+}
+
+// The rows that do not pass `flag`.
+std::vector<BadInput> without_flag(const std::vector<BadInput>& rows, const std::string& flag) {
+  std::vector<BadInput> kept;
+  for (const BadInput& row : rows)
+    if (std::find(row.args.begin(), row.args.end(), flag) == row.args.end()) kept.push_back(row);
+  return kept;
+}
+
+// Rows of train_lm and compare --task lm: the LM flags and --data files.
+std::vector<BadInput> lm_rows(const TempDir& dir) {
+  const std::string fifo = dir.file("fifo"), folder = dir.file("folder"), missing = dir.file("missing.txt");
+  const std::string text = dir.file("text.txt");
+  return {
+      {{"--data", text, "--batch", "4611686018427387904"}, 2, "--batch expects an integer in [1, 65536]"},
+      {{"--data", text, "--batch", "65536", "--context", "65536"}, 2, "tokens per batch"},
+      {{"--data", text, "--context", "0"}, 2, "--context"},
+      {{"--data", text, "--eval-tokens", "-1"}, 2, "--eval-tokens"},
+      {{"--data", text, "--generate", "-5"}, 2, "--generate"},
+      {{"--data", text, "--generate", "5", "--prompt", ""}, 2, "--prompt"},
+      {{"--data", text, "--valid-fraction", "1"}, 2, "--valid-fraction"},
+      {{"--data", text, "--temperature", "0"}, 2, "--temperature"},
+      {{"--data", text, "--top-k", "-1"}, 2, "--top-k"},
+      {{"--data", "/dev/zero"}, 1, "/dev/zero is a character device"},
+      {{"--data", folder}, 1, folder + " is a directory"},
+      {{"--data", fifo}, 1, fifo + " is a FIFO"},
+      {{"--data", missing}, 1, missing},
+      {{"--data", dir.file("latin1.txt")}, 1, "invalid UTF-8"},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("bad inputs: train_lm exits 2 or 1 with a clear message for every bad flag and data file") {
+  BadInputData data("bad_lm");
+  std::vector<BadInput> table = shared_rows({"--data", data.dir.file("text.txt")});
+  append(table, lm_rows(data.dir));
+  check_table("train_lm", table, data.dir);
+}
+
+TEST_CASE("bad inputs: train_mt exits 2 or 1 with a clear message for every bad flag and data file") {
+  BadInputData data("bad_mt");
+  const std::string pairs = data.dir.file("pairs.tsv"), fifo = data.dir.file("fifo");
+  const std::vector<std::string> small{"--data", pairs, "--valid-pairs", "8", "--test-pairs", "8"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), small.begin(), small.end());
+    return args;
+  };
+  std::vector<BadInput> table = shared_rows(small);
+  append(table, {
+                    {with({"--batch", "0"}), 2, "--batch"},
+                    {with({"--batch", "9223372036854775807"}), 2, "--batch"},
+                    {with({"--batch", "65536", "--max-tokens", "4096"}), 2, "tokens per batch"},
+                    {with({"--max-tokens", "-1"}), 2, "--max-tokens"},
+                    {with({"--beam", "0"}), 2, "--beam"},
+                    {with({"--label-smoothing", "1"}), 2, "--label-smoothing"},
+                    {with({"--test-pairs", "0"}), 2, "--test-pairs"},
+                    {with({"--bleu-sentences", "0"}), 2, "--bleu-sentences"},
+                    {with({"--eval-pairs", "0"}), 2, "--eval-pairs"},
+                    {with({"--bpe-merges", "99999999"}), 2, "--bpe-merges"},
+                    {with({"--attn-opt", "kv_heads=1,kv_heads=2"}), 2, "the key 'kv_heads' twice"},
+                    {{"--data", "/dev/zero"}, 1, "/dev/zero is a character device"},
+                    {{"--data", fifo}, 1, fifo + " is a FIFO"},
+                    {{"--data", data.dir.file("missing.tsv")}, 1, "missing.tsv does not exist"},
+                    {{"--data", data.dir.file("folder")}, 1, "no .mo files"},
+                    {{"--data", data.dir.file("latin1.tsv")}, 1, "latin1.tsv:61: invalid UTF-8"},
+                    {{"--data", data.dir.file("notab.tsv")}, 1, "notab.tsv:2: expected source<TAB>target"},
+                    {{"--data", pairs, "--valid-pairs", "100000"}, 1, "valid 100000"},
+                });
+  check_table("train_mt", table, data.dir);
+}
+
+TEST_CASE("bad inputs: train_vit exits 2 or 1 with a clear message for every bad flag and data set") {
+  BadInputData data("bad_vit");
+  const std::string fm = data.dir.file("fm");
+  const std::vector<std::string> small{"--data", fm, "--valid-images", "4", "--batch", "8"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), small.begin(), small.end());
+    return args;
+  };
+  std::vector<BadInput> table = shared_rows(small);
+  append(table, {
+                    {with({"--batch", "4611686018427387904"}), 2, "--batch expects an integer in [1, 65536]"},
+                    {with({"--batch", "0"}), 2, "--batch"},
+                    {with({"--patch", "0"}), 2, "--patch"},
+                    {with({"--patch", "3"}), 1, "patch"},
+                    {with({"--channels", "5"}), 2, "--channels"},
+                    {with({"--image-size", "0"}), 2, "--image-size"},
+                    {with({"--epochs", "-1"}), 2, "--epochs"},
+                    {with({"--eval-images", "-1"}), 2, "--eval-images"},
+                    {with({"--valid-images", "24"}), 1, "--valid-images 24 must be below the 24 images"},
+                    {{"--data", data.dir.file("fm0"), "--valid-images", "1"}, 1, "holds no images"},
+                    {{"--data", data.dir.file("fmdims")}, 1, "t10k-images-idx3-ubyte holds images of (1,10,10)"},
+                    {{"--data", data.dir.file("fmfifo")}, 1, "train-images-idx3-ubyte is a FIFO"},
+                    {{"--data", data.dir.file("fmzero")}, 1, "train-images-idx3-ubyte is a character device"},
+                    {{"--data", data.dir.file("missing")}, 1, "cannot open"},
+                    {{"--images", data.dir.file("missing")}, 1, "missing: no such folder"},
+                    {{"--images", data.dir.file("no-classes")}, 1, "no class subfolders"},
+                });
+  check_table("train_vit", table, data.dir);
+}
+
+TEST_CASE("bad inputs: compare exits 2 or 1 with a clear message for every bad flag and data file") {
+  BadInputData data("bad_compare");
+  const std::string text = data.dir.file("text.txt");
+  // The presets set the attention, so compare refuses --attn and --attn-opt (and --ckpt: --out names the folder).
+  std::vector<BadInput> table = without_flag(without_flag(shared_rows({"--data", text}), "--attn"), "--attn-opt");
+  append(table, lm_rows(data.dir));
+  append(table, {
+                    {{"--data", text, "--attn", "moh"}, 2, "--attn does not apply to compare"},
+                    {{"--data", text, "--attn-opt", "shared_heads=1"}, 2, "--attn-opt does not apply to compare"},
+                    {{"--data", text, "--ckpt", "runs/x"}, 2, "--ckpt does not apply to compare"},
+                    {{"--data", text, "--seeds", "0"}, 2, "--seeds"},
+                    {{"--data", text, "--seeds", "1000000"}, 2, "--seeds"},
+                    {{"--data", text, "--methods", "mha,dense"}, 2, "unknown method 'dense'"},
+                    {{"--data", text, "--methods", "mha,mha"}, 2, "'mha' twice"},
+                    {{"--data", text, "--methods", ","}, 2, "--methods names no preset"},
+                    {{"--task", "speech"}, 2, "--task must be lm, mt or vit"},
+                    {{"--task=vit", "--data", data.dir.file("fm"), "--batch", "0"}, 2, "--batch"},
+                    {{"--task", "mt", "--data", data.dir.file("latin1.tsv")}, 1, "invalid UTF-8"},
+                });
+  check_table("compare", table, data.dir);
+}
+
+TEST_CASE("bad inputs: train_demo exits 2 or 1 with a clear message for every bad flag") {
+  BadInputData data("bad_demo");
+  check_table("train_demo",
+              {
+                  {{"--steps", "abc"}, 2, "--steps expects an integer"},
+                  {{"--steps", "-5"}, 2, "--steps"},
+                  {{"--steps", "99999999999999999999"}, 2, "--steps"},
+                  {{"--hidden", "0"}, 2, "--hidden"},
+                  {{"--hidden", "4611686018427387904"}, 2, "--hidden"},
+                  {{"--threads", "4294967297"}, 2, "--threads"},
+                  {{"--lr", "-1"}, 2, "--lr"},
+                  {{"--lr", "1x"}, 2, "--lr"},
+                  {{"--seed", "-1"}, 2, "--seed"},
+                  {{"--check-loss", "-1"}, 2, "--check-loss"},
+                  {{"--steps"}, 2, "--steps needs a value"},
+                  {{"--tf32=yes"}, 2, "--tf32 takes no value"},
+                  {{"--no-such-flag"}, 2, "unknown flag --no-such-flag"},
+                  {{"--device", "gpu"}, 1, "'gpu'"},
+                  {{"--resume", data.dir.file("missing.safetensors")}, 1, "missing.safetensors"},
+              },
+              data.dir);
+}
+
+TEST_CASE("bad inputs: the benchmarks refuse bad flags with status 2 and time a single iteration") {
+  BadInputData data("bad_bench");
+  check_table("bench_attention",
+              {
+                  {{"--iters", "x"}, 2, "--iters expects an integer"},
+                  {{"--iters", "0"}, 2, "--iters"},
+                  {{"--threads", "4294967297"}, 2, "--threads"},
+                  {{"--seq", "16,abc"}, 2, "--seq expects comma-separated lengths"},
+                  {{"--seq", "99999999999"}, 2, "--seq"},
+                  {{"--by-host-state", "-1"}, 2, "--by-host-state"},
+              },
+              data.dir);
+  check_table("bench_ops",
+              {
+                  {{"--iters", "x"}, 2, "--iters expects an integer"},
+                  {{"--threads", "0x4"}, 2, "--threads"},
+                  {{"--only", "everything"}, 2, "--only names no section"},
+              },
+              data.dir);
+  // One timed pair used to leave the training-step table without samples (a crash in median).
+  const std::string bench = std::string(HEADROOM_EXAMPLES_BIN_DIR) + "/bench_attention";
+  CHECK(std::system((bench + " --iters 1 --seq 16 --batch 1 --threads 1 > /dev/null").c_str()) == 0);
+}
+
+#endif  // HEADROOM_EXAMPLES_BIN_DIR
