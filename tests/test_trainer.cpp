@@ -322,6 +322,16 @@ TEST_CASE("train: a --ckpt path that cannot be a directory is an error naming it
   CHECK_THROWS_HEADROOM(train(task, small_run(file + "/run")), "cannot create the --ckpt directory");
 }
 
+TEST_CASE("describe: a run stopped before its first evaluation says so instead of an empty metric list") {
+  CountingTask task("mha");
+  task.interrupt_at = 1;
+  TrainOptions o = small_run("");
+  TrainResult result = train(task, o);
+  REQUIRE(result.eval.empty());
+  const std::string text = describe(summarize("lm", task.model(), task.config(), o, result, 1));
+  CHECK(text.find("step 2): not evaluated") != std::string::npos);
+}
+
 TEST_CASE("json_object writes numbers, integers, strings and non-finite values") {
   CHECK(json_object({{"type", std::string("eval")}, {"step", int64_t(3)}, {"loss", 0.5}, {"bad", double(NAN)}}) ==
         R"({"type":"eval","step":3,"loss":0.5,"bad":"nan"})");
