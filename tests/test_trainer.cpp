@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "headroom/examples/common/progress.h"
@@ -254,17 +255,27 @@ TEST_CASE("train: --eval-only of a checkpoint that evaluates to NaN fails, and t
   CHECK(training_main(flags, o, 2, argv, run) == 1);
 }
 
-TEST_CASE("train: checkpoints keep the one they replace; an unreadable checkpoint names it") {
+TEST_CASE("train: checkpoints keep the one they replace; a corrupt or truncated checkpoint is refused, naming it") {
   TempDir dir("trainer_prev");
   CountingTask task("mha");
+  const std::string path = checkpoint_path(dir.file("run"));
   train(task, small_run(dir.file("run")));  // checkpoints at steps 4, 8, 12
-  CHECK(load_safetensors(checkpoint_path(dir.file("run"))).metadata.at("train.step") == "12");
+  CHECK(load_safetensors(path).metadata.at("train.step") == "12");
   CHECK(load_safetensors(previous_checkpoint_path(dir.file("run"))).metadata.at("train.step") == "8");
-  std::filesystem::resize_file(checkpoint_path(dir.file("run")), 100);
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-5, std::ios::end);
+    const char byte = char(file.get() ^ 0x10);  // one bit of the last tensor's data
+    file.seekp(-5, std::ios::end);
+    file.put(byte);
+  }
   CountingTask again("mha");
   TrainOptions resume = small_run(dir.file("run"));
   resume.resume = true, resume.steps = 16;
-  CHECK_THROWS_HEADROOM(train(again, resume), "the checkpoint before it is kept as ");
+  CHECK_THROWS_HEADROOM(train(again, resume), "the tensor data is corrupt");
+  CHECK_THROWS_HEADROOM(train(again, resume), "; the checkpoint before it is kept as ");
+  std::filesystem::resize_file(path, 100);
+  CHECK_THROWS_HEADROOM(train(again, resume), "; the checkpoint before it is kept as ");
 }
 
 TEST_CASE("train: an interrupted step that is also a checkpoint step writes one checkpoint") {
