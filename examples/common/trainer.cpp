@@ -354,15 +354,6 @@ std::string checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/c
 
 std::string previous_checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.prev.safetensors"; }
 
-StringMap load_model_checkpoint(Module& model, const std::string& ckpt_dir) {
-  SafetensorsFile file = load_safetensors(checkpoint_path(ckpt_dir));
-  NamedTensors model_entries;
-  for (auto& entry : file.tensors)
-    if (entry.first.find("optim.") == std::string::npos) model_entries.push_back(entry);
-  model.load_state_dict(model_entries);
-  return file.metadata;
-}
-
 std::string config_table(const std::vector<std::pair<std::string, std::string>>& rows) {
   std::string table = "| setting | value |\n|---|---|\n";
   for (const auto& [name, value] : rows) table += "| " + name + " | " + value + " |\n";

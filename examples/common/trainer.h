@@ -154,10 +154,6 @@ TrainResult train(TrainTask& task, const TrainOptions& options);
 std::string checkpoint_path(const std::string& ckpt_dir);
 std::string previous_checkpoint_path(const std::string& ckpt_dir);
 
-// Loads a checkpoint's model weights into `model` and returns its metadata
-// (for --eval-only and generation from a trained model).
-StringMap load_model_checkpoint(Module& model, const std::string& ckpt_dir);
-
 // A config table (Markdown) of name/value rows, printed at the start of a run.
 std::string config_table(const std::vector<std::pair<std::string, std::string>>& rows);
 
