@@ -7,14 +7,22 @@
 #include <vector>
 
 #include "headroom/core/atomic_file.h"
+#include "headroom/core/read_file.h"
 
 // The only translation unit that sees stb's implementation.  STB_*_STATIC
 // gives every stb function internal linkage (stb issues #917 and #1429);
-// the warnings silenced here are about stb's code, not headroom's.
+// the warnings silenced here are about stb's code, not headroom's.  Only the
+// PNG, JPEG and BMP decoders are compiled (no GIF, PSD, HDR, ... to attack),
+// and stb itself refuses a side over kMaxImageSide.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #pragma GCC diagnostic ignored "-Wsign-compare"
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_BMP
+#define STBI_NO_STDIO
+#define STBI_MAX_DIMENSIONS 16384
 #define STB_IMAGE_STATIC
 #define STB_IMAGE_IMPLEMENTATION
 #include <stb/stb_image.h>
@@ -25,18 +33,75 @@
 
 namespace headroom {
 
+namespace {
+
+static_assert(STBI_MAX_DIMENSIONS == kMaxImageSide, "stb's limit is the documented one");
+
+enum class ImageFormat { png, jpeg, bmp };
+
+// The format a file's first bytes announce, whatever its name says.
+ImageFormat sniff_format(const std::string& bytes, const std::string& path) {
+  if (bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0) return ImageFormat::png;
+  if (bytes.compare(0, 3, "\xFF\xD8\xFF") == 0) return ImageFormat::jpeg;
+  if (bytes.compare(0, 2, "BM") == 0) return ImageFormat::bmp;
+  HEADROOM_FAIL("[load_image] ", path, " is not a PNG, JPEG or BMP file (its first bytes are none of theirs)");
+}
+
+// stb_image 2.27 (Debian 12's) overruns its Huffman arrays on a DHT segment
+// whose tables declare more than 256 codes (stb issue #1289, fixed in 2.28),
+// so the segments are checked here first: the markers are walked as stb walks
+// them, and every table must have class 0..1, id 0..3, at most 256 codes and
+// its values inside the segment.
+void check_jpeg_huffman_tables(const std::string& bytes, const std::string& path) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  size_t pos = 2;  // after SOI
+  while (pos + 3 < n) {
+    const unsigned char marker = b[pos + 1];
+    if (b[pos] != 0xFF || marker == 0xFF) {  // entropy-coded data, or a fill byte before a marker
+      ++pos;
+      continue;
+    }
+    if (marker == 0x00 || (marker >= 0xD0 && marker <= 0xD7)) {  // a stuffed 0xFF, or a restart marker
+      pos += 2;
+      continue;
+    }
+    if (marker == 0xD9) return;  // EOI
+    const size_t end = std::min(n, pos + 2 + ((size_t(b[pos + 2]) << 8) | b[pos + 3]));
+    for (size_t t = pos + 4; marker == 0xC4 && t < end;) {  // DHT: tables until the segment's end
+      size_t codes = 0;
+      for (size_t i = 1; i <= 16 && t + i < end; ++i) codes += b[t + i];
+      HEADROOM_CHECK((b[t] >> 4) <= 1 && (b[t] & 15) <= 3 && codes <= 256 && t + 17 + codes <= end, "[load_image] ",
+                     path, " is a corrupt JPEG: a Huffman table (DHT at byte ", pos,
+                     ") has a bad class, id or length, or more than 256 codes");
+      t += 17 + codes;
+    }
+    pos = end;
+  }
+}
+
+}  // namespace
+
 Tensor load_image(const std::string& path, int channels) {
   HEADROOM_CHECK(channels >= 0 && channels <= 4, "[load_image] channels must be 0 (as in the file) or 1..4, got ",
                  channels, ": ", path);
+  const std::string bytes = read_regular_file(path, kMaxImageFileBytes, "load_image");
+  if (sniff_format(bytes, path) == ImageFormat::jpeg) check_jpeg_huffman_tables(bytes, path);
+  const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
+  const int size = static_cast<int>(bytes.size());
   int width = 0, height = 0, file_channels = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load(path.c_str(), &width, &height, &file_channels, channels),
-                                                   stbi_image_free);
+  HEADROOM_CHECK(stbi_info_from_memory(data, size, &width, &height, &file_channels) != 0, "[load_image] cannot load ",
+                 path, ": ", stbi_failure_reason());
+  HEADROOM_CHECK(int64_t(width) * height <= kMaxImagePixels, "[load_image] ", path, " is ", width, "x", height,
+                 ", more than the ", kMaxImagePixels, " pixels an image may have");
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
+      stbi_load_from_memory(data, size, &width, &height, &file_channels, channels), stbi_image_free);
   HEADROOM_CHECK(pixels != nullptr, "[load_image] cannot load ", path, ": ", stbi_failure_reason());
   const int c = channels == 0 ? file_channels : channels;
   Tensor image = Tensor::empty({height, width, c});  // [H, W, C]
   float* out = image.data<float>();
-  const int64_t n = image.numel();
-  for (int64_t i = 0; i < n; ++i) out[i] = pixels.get()[i] / 255.0f;
+  const int64_t count = image.numel();
+  for (int64_t i = 0; i < count; ++i) out[i] = pixels.get()[i] / 255.0f;
   return image;
 }
 

@@ -12,9 +12,17 @@
 
 namespace headroom {
 
-// Any format stb_image reads (PNG, JPEG, BMP, ...).  channels = 0 keeps the
-// file's channel count; 1..4 converts (grey, grey+alpha, RGB, RGBA).
-// Returns f32 [H, W, C] in [0, 1]; throws naming the path and stb's reason.
+// The limits load_image enforces (docs/limits.md).
+constexpr int64_t kMaxImageFileBytes = int64_t(256) << 20;  // 256 MiB
+constexpr int kMaxImageSide = 16384;                        // pixels, width or height
+constexpr int64_t kMaxImagePixels = int64_t(1) << 26;       // 64 Mpx (256 MiB as 8-bit RGBA)
+
+// A PNG, JPEG or BMP file, recognised by its first bytes (not its name), as
+// stb_image decodes it.  channels = 0 keeps the file's channel count; 1..4
+// converts (grey, grey+alpha, RGB, RGBA).  Returns f32 [H, W, C] in [0, 1].
+// Throws naming the path and the reason for a file that is not a regular
+// file or is over the limits above, another format, a corrupt JPEG Huffman
+// table (checked before stb sees it), or what stb refuses.
 Tensor load_image(const std::string& path, int channels = 0);
 
 // Writes an 8-bit PNG from f32 or f64 [H, W, C] (C = 1..4) or [H, W] (grey);

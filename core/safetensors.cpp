@@ -1,17 +1,17 @@
 #include "headroom/core/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
+#include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <numeric>
 
 #include "headroom/core/atomic_file.h"
 #include "headroom/core/json.h"
+#include "headroom/core/read_file.h"
 
 namespace headroom {
 
@@ -22,6 +22,34 @@ namespace {
 
 // Headers above this are refused before any allocation (MLX's kMaxJsonHeaderLength idea).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// The largest file loaded (docs/limits.md); tensors are also bounded by the file's size.
+constexpr uint64_t kMaxFileBytes = uint64_t(1) << 40;
+// The metadata entry that holds the CRC-32 of the data section (zlib's
+// polynomial: Python's zlib.crc32 over the bytes after the header agrees).
+constexpr const char* kChecksumKey = "headroom.data_crc32";
+
+// CRC-32 (reflected polynomial 0xEDB88320), continued from `crc`.
+uint32_t crc32_update(uint32_t crc, const void* data, size_t bytes) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < bytes; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+std::string hex32(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
 
 // The dtype strings of the format and how each is held in memory.  I64 is
 // read only: PyTorch writes int64 indices, headroom keeps indices in i32.
@@ -119,14 +147,20 @@ std::map<std::string, std::string> parse_metadata(const json::Value& value, cons
 }
 
 // The data section must be covered exactly: ranges inside it, in order once
-// sorted, with no overlap, no gap and nothing left over.
-void check_layout(std::vector<const Entry*> by_offset, uint64_t data_bytes, const std::string& path) {
+// sorted, with no overlap, no gap and nothing left over.  Returns the entries'
+// indices in file order.
+std::vector<size_t> check_layout(const std::vector<Entry>& entries, uint64_t data_bytes, const std::string& path) {
+  std::vector<size_t> order(entries.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::vector<const Entry*> by_offset;
+  for (const Entry& e : entries) by_offset.push_back(&e);
   for (const Entry* e : by_offset)
     HEADROOM_CHECK(e->end <= data_bytes, "[safetensors] data_offsets [", e->begin, ", ", e->end, "] of tensor '",
                    e->name, "' run past the end of the data section (", data_bytes, " bytes): ", path);
-  std::stable_sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return entries[a].begin != entries[b].begin ? entries[a].begin < entries[b].begin : entries[a].end < entries[b].end;
   });
+  for (size_t i = 0; i < order.size(); ++i) by_offset[i] = &entries[order[i]];
   uint64_t covered = 0;
   const Entry* previous = nullptr;
   for (const Entry* e : by_offset) {
@@ -139,6 +173,17 @@ void check_layout(std::vector<const Entry*> by_offset, uint64_t data_bytes, cons
   }
   HEADROOM_CHECK(covered == data_bytes, "[safetensors] the data section has ", data_bytes - covered,
                  " bytes after the last tensor: ", path);
+  return order;
+}
+
+// Checks the data section's CRC-32 against the one the metadata records (files
+// written by other tools have none) and removes that entry from the metadata.
+void verify_checksum(std::map<std::string, std::string>& metadata, uint32_t crc, const std::string& path) {
+  auto recorded = metadata.find(kChecksumKey);
+  if (recorded == metadata.end()) return;
+  HEADROOM_CHECK(recorded->second == hex32(crc), "[safetensors] the tensor data is corrupt: its CRC-32 is ", hex32(crc),
+                 " but the metadata records ", recorded->second, " (", kChecksumKey, "): ", path);
+  metadata.erase(recorded);
 }
 
 uint64_t read_u64_le(const unsigned char* bytes) {
@@ -147,8 +192,9 @@ uint64_t read_u64_le(const unsigned char* bytes) {
   return value;
 }
 
-// Reads one validated entry's bytes, converting I64 to i32 and checking BOOLs.
-Tensor read_tensor(std::ifstream& in, uint64_t data_start, const Entry& e, const std::string& path) {
+// Reads one validated entry's bytes, converting I64 to i32 and checking BOOLs;
+// `crc` continues over the bytes as stored.
+Tensor read_tensor(std::ifstream& in, uint64_t data_start, const Entry& e, const std::string& path, uint32_t& crc) {
   Tensor t = Tensor::empty(e.shape, e.dtype.dtype);
   const size_t bytes = e.end - e.begin;
   if (bytes == 0) return t;
@@ -161,6 +207,7 @@ Tensor read_tensor(std::ifstream& in, uint64_t data_start, const Entry& e, const
   }
   in.read(dst, static_cast<std::streamsize>(bytes));
   HEADROOM_CHECK(in.good(), "[safetensors] reading tensor '", e.name, "' failed: ", path);
+  crc = crc32_update(crc, dst, bytes);
 
   if (!wide.empty()) {
     int32_t* out = t.data<int32_t>();
@@ -183,12 +230,11 @@ Tensor read_tensor(std::ifstream& in, uint64_t data_start, const Entry& e, const
 }  // namespace
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const uint64_t file_bytes = regular_file_size(path, kMaxFileBytes, "safetensors");  // no FIFO, device or folder
+  std::ifstream in(path, std::ios::binary);
   HEADROOM_CHECK(in.is_open(), "[safetensors] cannot open ", path, ": ", std::strerror(errno));
-  const uint64_t file_bytes = static_cast<uint64_t>(in.tellg());
   HEADROOM_CHECK(file_bytes >= 8, "[safetensors] file is ", file_bytes,
                  " bytes, too short for the 8-byte header length: ", path);
-  in.seekg(0);
   unsigned char length_bytes[8];
   in.read(reinterpret_cast<char*>(length_bytes), 8);
   const uint64_t header_bytes = read_u64_le(length_bytes);
@@ -210,12 +256,14 @@ SafetensorsFile load_safetensors(const std::string& path) {
     if (name == "__metadata__") file.metadata = parse_metadata(value, path);
     else entries.push_back(parse_entry(name, value, path));
   }
-  std::vector<const Entry*> by_offset;
-  for (const Entry& e : entries) by_offset.push_back(&e);
   const uint64_t data_start = 8 + header_bytes;
-  check_layout(by_offset, file_bytes - data_start, path);
+  std::vector<size_t> file_order = check_layout(entries, file_bytes - data_start, path);
 
-  for (const Entry& e : entries) file.tensors.emplace_back(e.name, read_tensor(in, data_start, e, path));
+  std::vector<Tensor> tensors(entries.size());
+  uint32_t crc = 0;
+  for (size_t i : file_order) tensors[i] = read_tensor(in, data_start, entries[i], path, crc);
+  verify_checksum(file.metadata, crc, path);
+  for (size_t i = 0; i < entries.size(); ++i) file.tensors.emplace_back(entries[i].name, tensors[i]);
   return file;
 }
 
@@ -257,13 +305,13 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     HEADROOM_CHECK(by_name[i]->first != by_name[i - 1]->first, "[safetensors] duplicate tensor name '",
                    by_name[i]->first, "': ", path);
 
-  json::Members header;
-  if (!metadata.empty()) {
-    json::Members items(metadata.begin(), metadata.end());
-    header.emplace_back("__metadata__", json::Value::object(std::move(items)));
-  }
+  HEADROOM_CHECK(metadata.count(kChecksumKey) == 0, "[safetensors] the metadata key ", kChecksumKey,
+                 " is reserved for the checksum save_safetensors writes: ", path);
+
   std::vector<Tensor> contiguous;
+  json::Members header;
   int64_t offset = 0;
+  uint32_t crc = 0;
   for (const auto* entry : by_name) {
     Tensor t = entry->second.to(Device::cpu()).contiguous();  // CUDA tensors come to the host first
     const int64_t bytes = t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
@@ -271,8 +319,13 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
                                                            {"shape", integer_array(t.shape())},
                                                            {"data_offsets", integer_array({offset, offset + bytes})}}));
     offset += bytes;
+    crc = crc32_update(crc, t.raw_data(), size_t(bytes));
     contiguous.push_back(t);
   }
+  std::map<std::string, std::string> with_checksum = metadata;
+  with_checksum[kChecksumKey] = hex32(crc);
+  json::Members items(with_checksum.begin(), with_checksum.end());
+  header.emplace(header.begin(), "__metadata__", json::Value::object(std::move(items)));
   std::string text = json::dump(json::Value::object(std::move(header)));
   text.append((8 - text.size() % 8) % 8, ' ');  // so the data starts 8-byte aligned
 

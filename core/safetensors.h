@@ -37,12 +37,18 @@ struct SafetensorsFile {
 // (and the tensor, where one is at fault) for: a file shorter than 8 bytes, a
 // header length over 100 MB or over the file size, malformed JSON, an unknown
 // dtype, a shape whose byte size differs from its offset range, offsets past
-// the end of the data, overlapping ranges or gaps, and duplicate names.
+// the end of the data, overlapping ranges or gaps, duplicate names, a path
+// that is not a regular file (a FIFO, device or folder) or is over 1 TiB, and
+// tensor data whose CRC-32 differs from the one recorded in the metadata.
+// The checksum entry ("headroom.data_crc32", written by save_safetensors;
+// files from other tools have none) is removed from `metadata`.
 SafetensorsFile load_safetensors(const std::string& path);
 
 // Writes tensors (any device, any strides: CUDA tensors are copied to the
 // host first) in name order, contiguous, after a header
-// padded with spaces to a multiple of 8 bytes.  The write is atomic: a
+// padded with spaces to a multiple of 8 bytes, with the CRC-32 of the data
+// section in the metadata (so a flipped bit is found on load; the key is
+// reserved).  The write is atomic: a
 // temporary file in the same folder is written, flushed to disk and renamed,
 // so a failed save leaves any existing file untouched.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,

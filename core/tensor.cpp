@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
@@ -40,8 +41,12 @@ TensorImpl& Tensor::impl() const {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t s : shape) HEADROOM_CHECK(s >= 0, "[empty] negative dimension in shape ", shape_str(shape));
+  const int64_t numel = shape_numel(shape);
+  const auto element_bytes = static_cast<int64_t>(dtype_size(dtype));
+  HEADROOM_CHECK(numel <= std::numeric_limits<int64_t>::max() / element_bytes, "[empty] shape ", shape_str(shape),
+                 " of ", dtype_name(dtype), " needs more bytes than an int64 can count");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(size_t(numel * element_bytes), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -82,7 +87,12 @@ Tensor Tensor::scalar(double value, DType dtype) { return full({}, value, dtype)
 
 Tensor Tensor::arange(double start, double end, double step, DType dtype) {
   HEADROOM_CHECK(step != 0, "[arange] step must be non-zero");
-  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  HEADROOM_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "[arange] start ", start, ", end ",
+                 end, " and step ", step, " must be finite");
+  const double count = std::ceil((end - start) / step);
+  HEADROOM_CHECK(count <= double(kMaxArangeElements), "[arange] the range from ", start, " to ", end, " by ", step,
+                 " has ", count, " elements, more than the ", kMaxArangeElements, " arange makes");
+  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
   Tensor t = empty({n}, dtype);
   for (int64_t i = 0; i < n; ++i) {
     double v = start + step * double(i);

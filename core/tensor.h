@@ -58,7 +58,10 @@ class Tensor {
   static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor scalar(double value, DType dtype = DType::f32);  // shape ()
-  // [start, end) in steps of step, like numpy.arange.
+  // [start, end) in steps of step, like numpy.arange.  start, end and step
+  // must be finite, and the range hold at most kMaxArangeElements (2^53:
+  // past it, start + step * i is no longer exact in a double).
+  static constexpr int64_t kMaxArangeElements = int64_t(1) << 53;
   static Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32);
   static Tensor arange(int64_t end, DType dtype = DType::f32) { return arange(0, double(end), 1, dtype); }
   template <typename T> static Tensor from_vector(const std::vector<T>& values, const Shape& shape);

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -18,9 +19,12 @@ namespace {
 
 int initial_threads() {
   if (const char* env = std::getenv("HEADROOM_NUM_THREADS")) {
-    int n = std::atoi(env);
-    HEADROOM_CHECK(n >= 1, "[threads] HEADROOM_NUM_THREADS='", env, "' must be a positive integer");
-    return n;
+    errno = 0;
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    HEADROOM_CHECK(*env != '\0' && *end == '\0' && errno == 0 && n >= 1 && n <= kMaxThreads,
+                   "[threads] HEADROOM_NUM_THREADS='", env, "' must be a whole number from 1 to ", kMaxThreads);
+    return static_cast<int>(n);
   }
   return std::max(1u, std::thread::hardware_concurrency());
 }
@@ -38,7 +42,7 @@ int& current() {
 }  // namespace
 
 void set_num_threads(int n) {
-  HEADROOM_CHECK(n >= 1, "[threads] thread count must be >= 1, got ", n);
+  HEADROOM_CHECK(n >= 1 && n <= kMaxThreads, "[threads] thread count must be from 1 to ", kMaxThreads, ", got ", n);
   current() = n;
   omp_set_num_threads(n);
   openblas_set_num_threads(n);

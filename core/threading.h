@@ -7,11 +7,15 @@
 // OpenMP regions (otherwise two pools oversubscribe the cores), but its idle
 // threads still spin for a while after each call and slow our regions down.
 //
-// Default: the HEADROOM_NUM_THREADS environment variable if set, else the
-// number of cores.
+// Default: the HEADROOM_NUM_THREADS environment variable if set (a whole
+// number in 1..kMaxThreads, else an error), else the number of cores.
 namespace headroom {
 
-void set_num_threads(int n);  // n >= 1
+// The most threads headroom runs (OpenMP and OpenBLAS spin, not speed up,
+// past the core count; a larger request is a typo).
+constexpr int kMaxThreads = 1024;
+
+void set_num_threads(int n);  // 1 <= n <= kMaxThreads
 int num_threads();
 
 // Put around (not inside) an OpenMP parallel region whose threads each call

@@ -1,6 +1,9 @@
 #include "headroom/models/config.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -104,23 +107,29 @@ template <typename E> std::string format(E v) {
 }
 
 // what: "[owner] key", naming where the text came from.
-[[noreturn]] void bad_value(const std::string& what, const std::string& text, const char* expected) {
+[[noreturn]] void bad_value(const std::string& what, const std::string& text, const std::string& expected) {
   HEADROOM_FAIL(what, " = '", text, "' is not ", expected);
 }
 
+// from_chars reads the number or nothing: no spaces, no '+', no locale.
+template <typename T> bool read_whole(const std::string& text, T& value) {
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  return error == std::errc() && stop == end;
+}
+
+template <typename T> T parse_integer(const std::string& what, const std::string& text, T min, T max) {
+  T value{};
+  if (!read_whole(text, value) || value < min || value > max)
+    bad_value(what, text, "an integer from " + std::to_string(min) + " to " + std::to_string(max));
+  return value;
+}
+
 void parse(const std::string& what, const std::string& text, int64_t& out) {
-  size_t used = 0;
-  try {
-    out = std::stoll(text, &used);
-  } catch (const std::exception&) { used = 0; }
-  if (used == 0 || used != text.size()) bad_value(what, text, "an integer");
+  out = parse_integer(what, text, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
 }
 void parse(const std::string& what, const std::string& text, double& out) {
-  size_t used = 0;
-  try {
-    out = std::stod(text, &used);
-  } catch (const std::exception&) { used = 0; }
-  if (used == 0 || used != text.size()) bad_value(what, text, "a number");
+  if (!read_whole(text, out) || !std::isfinite(out)) bad_value(what, text, "a finite number");
 }
 void parse(const std::string& what, const std::string& text, bool& out) {
   if (text == "true" || text == "1") out = true;
@@ -211,20 +220,51 @@ StringMap ModelConfig::to_metadata() const {
   return out;
 }
 
-ModelConfig ModelConfig::from_metadata(const StringMap& metadata) {
+namespace {
+
+// source: the file the metadata came from, or empty.
+ModelConfig config_from(const StringMap& metadata, const std::string& source) {
+  const std::string where = "[ModelConfig] " + (source.empty() ? "" : source + ": ");
   ModelConfig c;
   for (const auto& [key, text] : metadata) {
     if (starts_with(key, kModel)) {
       bool known = false;
       visit_fields(c, [&, &key = key, &text = text](const char* name, auto& field) {
-        if (key == kModel + name) parse("[ModelConfig] " + key, text, field), known = true;
+        if (key == kModel + name) parse(where + key, text, field), known = true;
       });
-      HEADROOM_CHECK(known, "[ModelConfig] unknown metadata field ", key);
+      HEADROOM_CHECK(known, where, "unknown metadata field ", key);
     } else if (starts_with(key, kAttention)) {
       c.attention.set(key.substr(kAttention.size()), text);
     }
   }
   return c;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_metadata(const StringMap& metadata) { return config_from(metadata, ""); }
+
+ModelConfig ModelConfig::from_checkpoint_metadata(const StringMap& metadata, const std::string& source) {
+  const ModelConfig defaults;
+  visit_fields(defaults, [&](const char* name, const auto&) { metadata_entry(metadata, kModel + name, source); });
+  metadata_entry(metadata, kAttention + "type", source);
+  return config_from(metadata, source);
+}
+
+const std::string& metadata_entry(const StringMap& metadata, const std::string& key, const std::string& source) {
+  auto found = metadata.find(key);
+  HEADROOM_CHECK(found != metadata.end(), "[metadata] ", source, " has no '", key, "' entry");
+  return found->second;
+}
+
+int64_t metadata_int(const StringMap& metadata, const std::string& key, const std::string& source, int64_t min,
+                     int64_t max) {
+  return parse_integer("[metadata] " + source + ": " + key, metadata_entry(metadata, key, source), min, max);
+}
+
+uint64_t metadata_uint64(const StringMap& metadata, const std::string& key, const std::string& source) {
+  return parse_integer("[metadata] " + source + ": " + key, metadata_entry(metadata, key, source), uint64_t(0),
+                       std::numeric_limits<uint64_t>::max());
 }
 
 BlockConfig ModelConfig::block(AttentionRole role) const {

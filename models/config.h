@@ -122,12 +122,26 @@ struct ModelConfig {
   StringMap to_metadata() const;
   // The inverse.  Keys outside "model." and "attention." are ignored (a
   // checkpoint carries other metadata too); unknown "model." fields and
-  // unparsable values throw, naming the key.
+  // unparsable values throw, naming the key.  Absent fields keep their
+  // defaults (hand-written metadata, e.g. a PyTorch fixture's).
   static ModelConfig from_metadata(const StringMap& metadata);
+  // from_metadata for a file this library wrote: every "model." field and
+  // attention.type must be present, so nothing silently takes a default;
+  // errors name the key and `source` (the file).
+  static ModelConfig from_checkpoint_metadata(const StringMap& metadata, const std::string& source);
 };
 
 bool operator==(const ModelConfig& a, const ModelConfig& b);
 inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a == b); }
+
+// Strict reads of one metadata entry: the key must be present and a number
+// must be the whole text (no spaces, no sign on unsigned values, no fraction
+// on integers) and in range.  Errors name `source` (the file), the key and
+// the value.
+const std::string& metadata_entry(const StringMap& metadata, const std::string& key, const std::string& source);
+int64_t metadata_int(const StringMap& metadata, const std::string& key, const std::string& source, int64_t min,
+                     int64_t max);
+uint64_t metadata_uint64(const StringMap& metadata, const std::string& key, const std::string& source);
 
 // ---- building attention layers --------------------------------------------
 

@@ -56,10 +56,10 @@ TEST_CASE("image: save_png replaces a file whole and leaves no temporary file be
 
 TEST_CASE("image: load and save errors name the path and the reason") {
   const std::string missing = temp_file("does_not_exist.png");
-  CHECK_THROWS_HEADROOM(load_image(missing), ("cannot load " + missing + ": can't fopen").c_str());
+  CHECK_THROWS_HEADROOM(load_image(missing), ("cannot open " + missing + ": No such file").c_str());
   std::string text = temp_file("not_an_image.png");
   std::ofstream(text) << "hello, not a picture";
-  CHECK_THROWS_HEADROOM(load_image(text), "unknown image type");
+  CHECK_THROWS_HEADROOM(load_image(text), (text + " is not a PNG, JPEG or BMP file").c_str());
   std::remove(text.c_str());
   CHECK_THROWS_HEADROOM(load_image(missing, 5), "channels must be 0 (as in the file) or 1..4, got 5");
   CHECK_THROWS_HEADROOM(save_png("/nonexistent_folder/x.png", Tensor::zeros({2, 2})),
@@ -95,4 +95,84 @@ TEST_CASE("image: resize keeps channels separate, the dtype, and the identity si
     CHECK_CLOSE(up.select(2, c), resize_image(image.select(2, c), 6, 8), 1e-12);
   CHECK_THROWS_HEADROOM(resize_image(image, 0, 4), "cannot resize shape (3,4,2) to 0x4");
   CHECK_THROWS_HEADROOM(resize_image(Tensor::zeros({4}), 2, 2), "expected [H, W] or [H, W, C]");
+}
+
+namespace {
+
+std::string bytes_of(std::initializer_list<int> values) {
+  std::string out;
+  for (int v : values) out += static_cast<char>(v);
+  return out;
+}
+
+std::string be16(size_t v) { return bytes_of({int(v >> 8), int(v & 0xFF)}); }
+std::string be32(uint32_t v) { return be16(v >> 16) + be16(v & 0xFFFF); }
+std::string le32(uint32_t v) {
+  return bytes_of({int(v & 0xFF), int(v >> 8 & 0xFF), int(v >> 16 & 0xFF), int(v >> 24)});
+}
+
+// A DHT segment of one table: class/id byte, 16 code counts, the values.
+std::string dht(int class_id, const std::vector<int>& counts, const std::string& values) {
+  std::string body = bytes_of({class_id});
+  for (int c : counts) body += static_cast<char>(c);
+  return bytes_of({0xFF, 0xC4}) + be16(2 + body.size() + values.size()) + body + values;
+}
+
+// A hand-built baseline JPEG of one grey pixel: every coefficient 0 (so the
+// pixel is the level shift, 128), Huffman tables of one 1-bit code each.
+// `dc_table` replaces the DC table's segment.
+std::string one_pixel_jpeg(const std::string& dc_table) {
+  std::vector<int> one_code(16, 0);
+  one_code[0] = 1;
+  return bytes_of({0xFF, 0xD8, 0xFF, 0xDB, 0x00, 0x43, 0x00}) + std::string(64, '\x01') +            // SOI, DQT
+         bytes_of({0xFF, 0xC0, 0x00, 0x0B, 0x08, 0x00, 0x01, 0x00, 0x01, 0x01, 0x01, 0x11, 0x00}) +  // SOF0 1x1
+         dc_table + dht(0x10, one_code, std::string(1, '\0')) +                                      // DC, AC
+         bytes_of({0xFF, 0xDA, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3F, 0x00}) +                    // SOS
+         bytes_of({0x3F, 0xFF, 0xD9});  // DC category 0, end of block, padding; EOI
+}
+
+std::string png_header(uint32_t width, uint32_t height) {
+  return "\x89PNG\r\n\x1a\n" + be32(13) + "IHDR" + be32(width) + be32(height) + bytes_of({8, 0, 0, 0, 0}) + be32(0);
+}
+
+}  // namespace
+
+TEST_CASE("image: the JPEG and BMP decoders read hand-built files") {
+  std::vector<int> one_code(16, 0);
+  one_code[0] = 1;
+  std::string jpeg = temp_file("one.jpg");
+  std::ofstream(jpeg, std::ios::binary) << one_pixel_jpeg(dht(0x00, one_code, std::string(1, '\0')));
+  CHECK_CLOSE(load_image(jpeg), Tensor::full({1, 1, 1}, 128 / 255.0), 1e-6);
+  // 2x1, 24-bit, bottom-up rows padded to 4 bytes: red, then green (stored B, G, R).
+  std::string bmp = temp_file("two.bmp");
+  std::ofstream(bmp, std::ios::binary) << "BM" + le32(62) + le32(0) + le32(54) + le32(40) + le32(2) + le32(1) +
+                                              bytes_of({1, 0, 24, 0}) + le32(0) + le32(8) + std::string(16, '\0') +
+                                              bytes_of({0, 0, 255, 0, 255, 0, 0, 0});
+  CHECK_CLOSE(load_image(bmp, 3), Tensor::from_vector<float>({1, 0, 0, 0, 1, 0}, {1, 2, 3}), 1e-6);
+  std::remove(jpeg.c_str());
+  std::remove(bmp.c_str());
+}
+
+TEST_CASE("image: hostile files are refused before stb decodes them") {
+  std::string path = temp_file("hostile.png");
+  auto load_bytes = [&](const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    return load_image(path);
+  };
+  // A DHT whose tables declare 654 codes: stb 2.27 writes past its 256-entry arrays.
+  std::vector<int> too_many = {0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 99, 99, 99, 99, 255};
+  CHECK_THROWS_HEADROOM(
+      load_bytes(one_pixel_jpeg(dht(0x00, too_many, std::string(654, '\0')))),
+      "is a corrupt JPEG: a Huffman table (DHT at byte 84) has a bad class, id or length, or more than 256 codes");
+  std::vector<int> one_code(16, 0);
+  one_code[0] = 1;
+  CHECK_THROWS_HEADROOM(load_bytes(one_pixel_jpeg(dht(0x24, one_code, std::string(1, '\0')))), "is a corrupt JPEG");
+  // A GIF named .png: its decoder is not compiled in.
+  CHECK_THROWS_HEADROOM(load_bytes("GIF89a" + std::string(88, '\xff')), "is not a PNG, JPEG or BMP file");
+  // Dimensions: a side over 16384 (stb's limit), then 10000 x 10000 = 10^8 pixels (over 2^26).
+  CHECK_THROWS_HEADROOM(load_bytes(png_header(20000, 1)), "cannot load");
+  CHECK_THROWS_HEADROOM(load_bytes(png_header(10000, 10000)),
+                        "is 10000x10000, more than the 67108864 pixels an image may have");
+  CHECK_THROWS_HEADROOM(load_image("/dev/zero"), "/dev/zero is a character device, expected a regular file");
+  std::remove(path.c_str());
 }

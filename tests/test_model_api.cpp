@@ -118,6 +118,47 @@ TEST_CASE("AttentionSpec: overrides by role, layer and both, in that order; a ne
   CHECK_THROWS_HEADROOM(again.set("layer.1", "mha"), "should read layer.<index>.type");
 }
 
+TEST_CASE("ModelConfig from a checkpoint: every field required, numbers read whole and in range") {
+  const ModelConfig c = mixed_seq2seq_config();
+  const StringMap meta = c.to_metadata();
+  CHECK(ModelConfig::from_checkpoint_metadata(meta, "run/ckpt") == c);
+  for (const char* key : {"model.norm_eps", "model.channels", "attention.type"}) {
+    CAPTURE(key);
+    StringMap missing = meta;
+    missing.erase(key);
+    const std::string refusal = std::string("[metadata] run/ckpt has no '") + key + "' entry";
+    CHECK_THROWS_HEADROOM(ModelConfig::from_checkpoint_metadata(missing, "run/ckpt"), refusal.c_str());
+  }
+  StringMap defaults_left_out = meta;
+  defaults_left_out.erase("model.channels");
+  CHECK(ModelConfig::from_metadata(defaults_left_out) == c);  // hand-written metadata keeps the defaults
+  for (const char* text : {"16.5", "16abc", " 16", "+16", "", "0x10", "99999999999999999999"}) {
+    CAPTURE(text);
+    StringMap bad = meta;
+    bad["model.dim"] = text;
+    const std::string refusal = "run/ckpt: model.dim = '" + std::string(text) + "' is not an integer from ";
+    CHECK_THROWS_HEADROOM(ModelConfig::from_checkpoint_metadata(bad, "run/ckpt"), refusal.c_str());
+  }
+  for (const char* text : {"nan", "inf", "1e999", "0.1x", " 0.1"}) {
+    CAPTURE(text);
+    StringMap bad = meta;
+    bad["model.dropout"] = text;
+    const std::string refusal = "model.dropout = '" + std::string(text) + "' is not a finite number";
+    CHECK_THROWS_HEADROOM(ModelConfig::from_checkpoint_metadata(bad, "run/ckpt"), refusal.c_str());
+  }
+}
+
+TEST_CASE("metadata_int and metadata_uint64 read whole integers in range and name the key and the file") {
+  const StringMap meta = {{"step", "12"}, {"offset", "18446744073709551615"}, {"fraction", "12.5"}, {"minus", "-1"}};
+  CHECK(metadata_int(meta, "step", "f", 0, 100) == 12);
+  CHECK(metadata_uint64(meta, "offset", "f") == 18446744073709551615ull);
+  CHECK_THROWS_HEADROOM(metadata_int(meta, "step", "f", 0, 4),
+                        "[metadata] f: step = '12' is not an integer from 0 to 4");
+  CHECK_THROWS_HEADROOM(metadata_int(meta, "fraction", "f", 0, 100), "fraction = '12.5' is not an integer");
+  CHECK_THROWS_HEADROOM(metadata_uint64(meta, "minus", "f"), "minus = '-1' is not an integer from 0 to");
+  CHECK_THROWS_HEADROOM(metadata_int(meta, "absent", "f", 0, 1), "[metadata] f has no 'absent' entry");
+}
+
 TEST_CASE("a mixed-method EncoderDecoder trains, saves and rebuilds from its checkpoint's metadata alone") {
   Generator gen(5);
   ModelConfig c = mixed_seq2seq_config();

@@ -144,14 +144,44 @@ TEST_CASE("safetensors: the written bytes follow the format exactly") {
   std::string path = dir.file("exact.safetensors");
   save_safetensors(path, {{"b", Tensor::from_vector<float>({1.5f, -2})}, {"a", Tensor::from_vector<int32_t>({7})}},
                    {{"k", "v"}});
-  // Metadata first, then tensors by name; offsets count from the data start.
-  std::string header = R"({"__metadata__":{"k":"v"},"a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
+  // Metadata first, with the data's CRC-32 (zlib.crc32 of the 12 data bytes,
+  // computed in Python), then tensors by name; offsets count from the data start.
+  std::string header = R"({"__metadata__":{"headroom.data_crc32":"a6b0dcb3","k":"v"},)"
+                       R"("a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
   header.append((8 - header.size() % 8) % 8, ' ');  // spaces up to a multiple of 8
   std::string expected =
       u64_le(header.size()) + header + raw(std::vector<int32_t>{7}) + raw(std::vector<float>{1.5f, -2});
   CHECK(read_bytes(path) == expected);
   CHECK(header.size() % 8 == 0);
+  CHECK(load_safetensors(path).metadata == std::map<std::string, std::string>{{"k", "v"}});  // checksum entry removed
+}
+
+TEST_CASE("safetensors: a flipped bit in the tensor data is found by the checksum") {
+  TempDir dir("st_crc");
+  std::string path = dir.file("model.safetensors");
+  save_safetensors(path, {{"w", Tensor::arange(64)}, {"b", Tensor::ones({3})}}, {{"step", "7"}});
+  std::string bytes = read_bytes(path);
+  const size_t data_start = bytes.size() - (64 + 3) * sizeof(float);  // the data section is the file's tail
+  for (size_t offset : {data_start + 5, bytes.size() - 1}) {
+    std::string flipped = bytes;
+    flipped[offset] = static_cast<char>(flipped[offset] ^ 0x10);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << flipped;
+    CHECK_THROWS_HEADROOM(load_safetensors(path), ("the tensor data is corrupt: its CRC-32 is "));
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  CHECK(load_safetensors(path).get("w").to_vector<float>() == Tensor::arange(64).to_vector<float>());
+  CHECK_THROWS_HEADROOM(save_safetensors(path, {{"w", Tensor::ones({1})}}, {{"headroom.data_crc32", "0"}}),
+                        "the metadata key headroom.data_crc32 is reserved");
+}
+
+TEST_CASE("safetensors: only regular files are read: a FIFO or a folder is refused without blocking") {
+  TempDir dir("st_kind");
+  std::string fifo = dir.file("checkpoint.safetensors");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_HEADROOM(load_safetensors(fifo), (fifo + " is a FIFO, expected a regular file").c_str());
+  CHECK_THROWS_HEADROOM(load_safetensors(dir.path.string()), "is a directory, expected a regular file");
+  CHECK_THROWS_HEADROOM(load_safetensors("/dev/zero"), "/dev/zero is a character device, expected a regular file");
 }
 
 TEST_CASE("safetensors: a hand-built file with I64, BOOL and out-of-order data offsets loads") {

@@ -1,4 +1,7 @@
 // Tensor creation, views over shared storage, printing, the RNG.
+#include <cmath>
+#include <limits>
+
 #include "helpers.h"
 
 using namespace headroom;
@@ -16,6 +19,21 @@ TEST_CASE("creation: zeros, ones, full, arange, from_vector") {
   CHECK(Tensor::scalar(2.5).item() == 2.5);
   CHECK_THROWS_HEADROOM(Tensor::from_vector<float>({1, 2, 3}, {2, 2}), "cannot fill shape (2,2)");
   CHECK_THROWS_HEADROOM(t.item(), "expected a tensor with one element");
+}
+
+TEST_CASE("creation errors: NaN or huge arange ranges, byte counts past int64, thread counts out of range") {
+  const double nan = std::nan("");
+  CHECK_THROWS_HEADROOM(Tensor::arange(0, nan), "[arange] start 0, end nan and step 1 must be finite");
+  CHECK_THROWS_HEADROOM(Tensor::arange(0, 1, std::numeric_limits<double>::infinity()), "must be finite");
+  CHECK_THROWS_HEADROOM(Tensor::arange(0, 1e300), "elements, more than the 9007199254740992 arange makes");
+  CHECK(Tensor::arange(5, 1).numel() == 0);  // an empty range stays empty, as in numpy
+  // 2^61 f64 elements count in an int64, their 2^64 bytes do not.
+  CHECK_THROWS_HEADROOM(Tensor::empty({int64_t(1) << 61}, DType::f64),
+                        "[empty] shape (2305843009213693952) of f64 needs more bytes than an int64 can count");
+  const int previous = num_threads();
+  CHECK_THROWS_HEADROOM(set_num_threads(kMaxThreads + 1), "[threads] thread count must be from 1 to 1024, got 1025");
+  CHECK_THROWS_HEADROOM(set_num_threads(0), "got 0");
+  CHECK(num_threads() == previous);
 }
 
 TEST_CASE("views share storage and follow numpy semantics") {

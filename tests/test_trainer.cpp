@@ -5,8 +5,11 @@
 #include <csignal>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 
 #include "headroom/examples/common/progress.h"
+#include "headroom/examples/common/run_summary.h"
 #include "headroom/headroom.h"
 #include "helpers.h"
 #include "transformer_helpers.h"
@@ -37,15 +40,19 @@ class CountingTask : public TrainTask {
     ModelOutput out = model_->forward(tokens.narrow(1, 0, 6));
     Tensor loss = cross_entropy(out.out.reshape({-1, 8}), tokens.narrow(1, 1, 6).reshape({-1}));
     double value = step == nan_at ? NAN : loss.item();
-    return {training_loss(loss, out.aux_losses, 12), value, 12};
+    Tensor differentiated = training_loss(loss, out.aux_losses, 12);
+    return {step == huge_gradient_at ? differentiated * 1e30 : differentiated, value, 12};
   }
   Metrics evaluate() override {
     Tensor tokens = batch(1000);
     Tensor logits = model_->forward(tokens.narrow(1, 0, 6)).out;
-    return {{"loss", cross_entropy(logits.reshape({-1, 8}), tokens.narrow(1, 1, 6).reshape({-1})).item()}};
+    double loss = cross_entropy(logits.reshape({-1, 8}), tokens.narrow(1, 1, 6).reshape({-1})).item();
+    return {{"loss", nan_eval ? NAN : loss}};
   }
   std::string unit() const override { return "tok"; }
   int64_t interrupt_at = -1, nan_at = -1;
+  int64_t huge_gradient_at = -1;  // gradients of 1e30: Adam's second moment overflows, the weights stay finite
+  bool nan_eval = false;
 
  private:
   Tensor batch(int64_t step) const { return testing::counting_rows(seed_, step); }
@@ -54,6 +61,9 @@ class CountingTask : public TrainTask {
   ModelConfig config_;
   std::shared_ptr<DecoderLM> model_;
 };
+
+// On the counting task without clipping, the loss grows to 5e16 by step 3 and evaluates to NaN at step 4.
+constexpr double kDivergingLr = 1e4;
 
 TrainOptions small_run(const std::string& ckpt_dir) {
   TrainOptions o;
@@ -87,6 +97,36 @@ void check_resume_is_exact(const std::string& attention) {
   auto rows = read_jsonl_numbers(split_dir.file("run/log.jsonl"), "train");
   REQUIRE(rows.size() == 12);
   for (size_t i = 0; i < rows.size(); ++i) CHECK(rows[i][0].second == double(i + 1));
+}
+
+// The --eval-only metrics of the checkpoint file at `path`, copied into a run directory of its own.
+Metrics evaluate_checkpoint(const std::string& path, const TempDir& scratch) {
+  const std::string dir = scratch.file("eval" + std::to_string(scratch.count()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(path, checkpoint_path(dir));
+  CountingTask task("mha");
+  TrainOptions o = small_run(dir);
+  o.eval_only = true;
+  return train(task, o).eval;
+}
+
+// Rewrites the checkpoint of `dir` with `edit` applied to its metadata.
+void edit_metadata(const std::string& dir, const std::function<void(StringMap&)>& edit) {
+  SafetensorsFile file = load_safetensors(checkpoint_path(dir));
+  edit(file.metadata);
+  save_safetensors(checkpoint_path(dir), file.tensors, file.metadata);
+}
+
+// A completed small_run in `dir`, then a resume of it with the checkpoint's metadata edited.
+void resume_edited(const std::string& dir, const std::function<void(StringMap&)>& edit, const char* refusal) {
+  CountingTask task("mha");
+  TrainOptions o = small_run(dir);
+  o.steps = 4;
+  train(task, o);
+  edit_metadata(dir, edit);
+  CountingTask again("mha");
+  o.resume = true, o.steps = 8;
+  CHECK_THROWS_HEADROOM(train(again, o), refusal);
 }
 
 }  // namespace
@@ -160,6 +200,147 @@ TEST_CASE("train: --device cuda without a device fails with the CUDA build and d
   const std::string refusal = "[train] --device cuda is not available: " + versions;
   CHECK_THROWS_HEADROOM(train(task, cuda), refusal.c_str());
   CHECK(task.model().device() == Device::cpu());  // refused before anything moved
+}
+
+TEST_CASE("train: a diverging run with a huge --lr keeps checkpoints that evaluate finite, the previous one too") {
+  TempDir dir("trainer_diverge"), scratch("trainer_diverge_eval");
+  CountingTask task("mha");
+  TrainOptions o = small_run(dir.file("run"));
+  o.lr = kDivergingLr, o.clip = 0, o.warmup = 0, o.ckpt_every = 1, o.eval_every = 0, o.steps = 40;
+  CHECK_THROWS_HEADROOM(train(task, o), "training stopped and the last good checkpoint");
+  for (const std::string& path : {checkpoint_path(dir.file("run")), previous_checkpoint_path(dir.file("run"))}) {
+    CAPTURE(path);
+    Metrics metrics = evaluate_checkpoint(path, scratch);
+    CHECK(std::isfinite(metrics.at(0).second));
+  }
+  const int64_t kept = std::stoll(load_safetensors(checkpoint_path(dir.file("run"))).metadata.at("train.step"));
+  CHECK(std::stoll(load_safetensors(previous_checkpoint_path(dir.file("run"))).metadata.at("train.step")) == kept - 1);
+}
+
+TEST_CASE("train: a non-finite optimizer moment is not saved: the stop names the tensor and the step") {
+  TempDir dir("trainer_inf_state");
+  CountingTask task("mha");
+  task.huge_gradient_at = 2;  // the update of step 3 leaves an infinite second moment
+  TrainOptions o = small_run(dir.file("run"));
+  o.clip = 0, o.ckpt_every = 2, o.eval_every = 0;
+  CHECK_THROWS_HEADROOM(train(task, o),
+                        "holds a NaN or infinite value at step 4; training stopped and the last good "
+                        "checkpoint");
+  CHECK(load_safetensors(checkpoint_path(dir.file("run"))).metadata.at("train.step") == "2");
+}
+
+TEST_CASE("train: a NaN validation metric stops the run before its checkpoint") {
+  TempDir dir("trainer_nan_eval");
+  CountingTask task("mha");
+  task.nan_eval = true;
+  CHECK_THROWS_HEADROOM(train(task, small_run(dir.file("run"))),
+                        "the validation loss is nan at step 4; training stopped before its first checkpoint");
+  CHECK_FALSE(std::filesystem::exists(checkpoint_path(dir.file("run"))));
+}
+
+TEST_CASE("train: --eval-only of a checkpoint that evaluates to NaN fails, and the binary exits with status 1") {
+  TempDir dir("trainer_eval_nan");
+  CountingTask trained("mha");
+  TrainOptions o = small_run(dir.file("run"));
+  train(trained, o);
+  CountingTask task("mha");
+  task.nan_eval = true;
+  o.eval_only = true;
+  CHECK_THROWS_HEADROOM(train(task, o), "the validation loss is nan at step 12 in ");
+  Flags flags("train_counting", "the counting task");
+  add_train_flags(flags, o);
+  std::string program = "train_counting", eval_only = "--eval-only";
+  char* argv[] = {program.data(), eval_only.data()};
+  auto run = [&] { return summarize("lm", task.model(), task.config(), o, train(task, o), 1); };
+  CHECK(training_main(flags, o, 2, argv, run) == 1);
+}
+
+TEST_CASE("train: checkpoints keep the one they replace; a corrupt or truncated checkpoint is refused, naming it") {
+  TempDir dir("trainer_prev");
+  CountingTask task("mha");
+  const std::string path = checkpoint_path(dir.file("run"));
+  train(task, small_run(dir.file("run")));  // checkpoints at steps 4, 8, 12
+  CHECK(load_safetensors(path).metadata.at("train.step") == "12");
+  CHECK(load_safetensors(previous_checkpoint_path(dir.file("run"))).metadata.at("train.step") == "8");
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-5, std::ios::end);
+    const char byte = char(file.get() ^ 0x10);  // one bit of the last tensor's data
+    file.seekp(-5, std::ios::end);
+    file.put(byte);
+  }
+  CountingTask again("mha");
+  TrainOptions resume = small_run(dir.file("run"));
+  resume.resume = true, resume.steps = 16;
+  CHECK_THROWS_HEADROOM(train(again, resume), "the tensor data is corrupt");
+  CHECK_THROWS_HEADROOM(train(again, resume), "; the checkpoint before it is kept as ");
+  std::filesystem::resize_file(path, 100);
+  CHECK_THROWS_HEADROOM(train(again, resume), "; the checkpoint before it is kept as ");
+}
+
+TEST_CASE("train: an interrupted step that is also a checkpoint step writes one checkpoint") {
+  TempDir dir("trainer_interrupt_once");
+  CountingTask task("mha");
+  task.interrupt_at = 7;  // step 8 is a checkpoint step (every 4)
+  CHECK(train(task, small_run(dir.file("run"))).interrupted);
+  CHECK(load_safetensors(previous_checkpoint_path(dir.file("run"))).metadata.at("train.step") == "4");
+}
+
+TEST_CASE("train: resuming a run that reached --steps is refused with its step and how to go on") {
+  TempDir dir("trainer_complete");
+  CountingTask task("mha");
+  train(task, small_run(dir.file("run")));
+  CountingTask again("mha");
+  TrainOptions resume = small_run(dir.file("run"));
+  resume.resume = true;
+  CHECK_THROWS_HEADROOM(train(again, resume), "is at step 12 and --steps is 12: the run is complete; raise --steps");
+  resume.steps = 8, resume.warmup = 1;
+  CHECK_THROWS_HEADROOM(train(again, resume), "is at step 12 and --steps is 8");
+  TrainOptions eval = small_run(dir.file("run"));
+  eval.eval_only = true;
+  CHECK(train(again, eval).eval.size() == 1);  // --eval-only still reads it
+}
+
+TEST_CASE("train: resume requires every metadata entry, parsed strictly, and the same --seed") {
+  TempDir dir("trainer_strict");
+  // model.max_len holds its default: without the check a missing entry would pass silently.
+  resume_edited(
+      dir.file("a"), [](StringMap& m) { m.erase("model.max_len"); }, "has no 'model.max_len' entry");
+  resume_edited(
+      dir.file("b"), [](StringMap& m) { m.erase("attention.type"); }, "has no 'attention.type' entry");
+  resume_edited(
+      dir.file("c"), [](StringMap& m) { m["train.step"] = "2.5"; }, "train.step = '2.5' is not an integer from 0 to");
+  resume_edited(
+      dir.file("d"), [](StringMap& m) { m["train.step"] = "2abc"; }, "train.step = '2abc' is not an");
+  resume_edited(
+      dir.file("e"), [](StringMap& m) { m["train.step"] = "-2"; }, "train.step = '-2' is not an");
+  resume_edited(
+      dir.file("f"), [](StringMap& m) { m["train.generator_offset"] = "99999999999999999999"; },
+      "train.generator_offset = '99999999999999999999' is not an integer from 0 to 18446744073709551615");
+  resume_edited(
+      dir.file("g"), [](StringMap& m) { m.erase("train.seed"); }, "has no 'train.seed' entry");
+  resume_edited(
+      dir.file("h"), [](StringMap& m) { m["train.seed"] = "7"; },
+      "was made with --seed 7, not 1; pass --seed 7 to resume it");
+  resume_edited(
+      dir.file("i"), [](StringMap& m) { m["model.dropout"] = "nan"; }, "model.dropout = 'nan' is not a finite number");
+}
+
+TEST_CASE("train: a --ckpt path that cannot be a directory is an error naming it") {
+  TempDir dir("trainer_bad_dir");
+  const std::string file = dir.write("taken", "a file");
+  CountingTask task("mha");
+  CHECK_THROWS_HEADROOM(train(task, small_run(file + "/run")), "cannot create the --ckpt directory");
+}
+
+TEST_CASE("describe: a run stopped before its first evaluation says so instead of an empty metric list") {
+  CountingTask task("mha");
+  task.interrupt_at = 1;
+  TrainOptions o = small_run("");
+  TrainResult result = train(task, o);
+  REQUIRE(result.eval.empty());
+  const std::string text = describe(summarize("lm", task.model(), task.config(), o, result, 1));
+  CHECK(text.find("step 2): not evaluated") != std::string::npos);
 }
 
 TEST_CASE("json_object writes numbers, integers, strings and non-finite values") {

@@ -51,6 +51,7 @@ std::string describe(const RunSummary& s) {
   out << "final (" << s.task << ", " << s.attention << (s.options.empty() ? "" : " " + s.options) << ", step "
       << s.steps << "):";
   for (const auto& [name, value] : s.eval) out << " " << name << " " << value;
+  if (s.eval.empty()) out << " not evaluated (stopped before the first evaluation)";
   out << "\nparameters " << s.parameters << " | MACs/" << (s.task == "vit" ? "image " : "token ") << s.macs_per_item
       << " | active heads " << 100 * s.active_heads << "% | " << s.items_per_second
       << (s.task == "vit" ? " img/s" : " tok/s") << " | peak memory " << double(s.peak_bytes) / (1 << 20) << " MiB\n";

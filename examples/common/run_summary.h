@@ -39,7 +39,8 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
 int training_main(Flags& flags, const TrainOptions& options, int argc, char** argv,
                   const std::function<RunSummary()>& run);
 
-// Human-readable lines: the final metrics, size, speed and memory.
+// Human-readable lines: the final metrics (or that there were none: a run
+// stopped by Ctrl-C before its first evaluation), size, speed and memory.
 std::string describe(const RunSummary& summary);
 
 }  // namespace headroom::examples

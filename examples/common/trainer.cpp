@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "headroom/core/grad_mode.h"
@@ -14,6 +15,8 @@
 #include "headroom/examples/common/progress.h"
 #include "headroom/models/bcd.h"
 #include "headroom/models/optim.h"
+#include "headroom/ops/elementwise.h"
+#include "headroom/ops/reduce.h"
 
 namespace headroom::examples {
 
@@ -117,10 +120,53 @@ class Optimization {
 
 constexpr const char* kFormat = "headroom training checkpoint v1";
 
-void save_checkpoint(TrainTask& task, const Optimization& optimization, const TrainOptions& o, int64_t step) {
-  std::filesystem::create_directories(o.ckpt_dir);
+void make_run_directory(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  HEADROOM_CHECK(!error, "[train] cannot create the --ckpt directory ", dir, ": ", error.message());
+}
+
+// The end of every stop message: what the run's checkpoints are now.
+// saved_step: the step of the newest checkpoint of this run (or the one it resumed), -1 for none.
+std::string stop_note(const TrainOptions& o, int64_t saved_step) {
+  if (o.ckpt_dir.empty()) return "; training stopped";
+  if (saved_step < 0) return "; training stopped before its first checkpoint";
+  return "; training stopped and the last good checkpoint, " + checkpoint_path(o.ckpt_dir) + " at step " +
+         std::to_string(saved_step) + ", is kept";
+}
+
+// A checkpoint is a state to go back to, so a NaN or infinite weight or
+// optimizer moment is refused before anything is written.  t * 0 is NaN
+// exactly where t is not finite, so one sum per tensor finds it on any device.
+void check_finite_tensors(const NamedTensors& entries, int64_t step, const std::string& stop) {
+  NoGradGuard no_grad;
+  for (const auto& [name, tensor] : entries)
+    if (tensor.is_floating_point() && tensor.numel() > 0)
+      HEADROOM_CHECK(std::isfinite(sum(tensor * 0.0).item()), "[train] ", name,
+                     " holds a NaN or infinite value at step ", step, stop);
+}
+
+// Keeps the checkpoint about to be replaced as checkpoint.prev.safetensors:
+// a hard link (a copy where the file system has none) renamed into place, so
+// both names hold a complete file at every moment.
+void keep_previous_checkpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string current = checkpoint_path(dir), previous = previous_checkpoint_path(dir);
+  const std::string staged = previous + ".staged";
+  std::error_code error;
+  if (!fs::is_regular_file(current, error)) return;
+  fs::remove(staged, error);  // left by a run killed here
+  fs::create_hard_link(current, staged, error);
+  if (error) fs::copy_file(current, staged, fs::copy_options::overwrite_existing, error);
+  if (!error) fs::rename(staged, previous, error);
+  HEADROOM_CHECK(!error, "[train] cannot keep ", current, " as ", previous, ": ", error.message());
+}
+
+void save_checkpoint(TrainTask& task, const Optimization& optimization, const TrainOptions& o, int64_t step,
+                     const std::string& stop) {
   NamedTensors entries = task.model().state_dict();
   for (auto& entry : optimization.state()) entries.push_back(entry);
+  check_finite_tensors(entries, step, stop);
   StringMap metadata = task.config().to_metadata();
   for (const auto& [key, value] : task.metadata()) metadata["task." + key] = value;
   const Generator& gen = task.model_generator();
@@ -129,13 +175,9 @@ void save_checkpoint(TrainTask& task, const Optimization& optimization, const Tr
   metadata["train.seed"] = std::to_string(o.seed);
   metadata["train.generator_seed"] = std::to_string(gen.seed());
   metadata["train.generator_offset"] = std::to_string(gen.offset());
+  make_run_directory(o.ckpt_dir);
+  keep_previous_checkpoint(o.ckpt_dir);
   save_safetensors(checkpoint_path(o.ckpt_dir), entries, metadata);
-}
-
-const std::string& required(const StringMap& metadata, const std::string& key, const std::string& path) {
-  auto found = metadata.find(key);
-  HEADROOM_CHECK(found != metadata.end(), "[train] checkpoint ", path, " has no '", key, "' entry");
-  return found->second;
 }
 
 StringMap task_metadata(const StringMap& metadata) {
@@ -145,24 +187,51 @@ StringMap task_metadata(const StringMap& metadata) {
   return task;
 }
 
+// A checkpoint that cannot be read names the one kept before it, if any.
+SafetensorsFile load_checkpoint_file(const std::string& dir) {
+  try {
+    return load_safetensors(checkpoint_path(dir));
+  } catch (const Error& error) {
+    std::error_code ignored;
+    if (!std::filesystem::is_regular_file(previous_checkpoint_path(dir), ignored)) throw;
+    HEADROOM_FAIL(error.what(), "; the checkpoint before it is kept as ", previous_checkpoint_path(dir),
+                  ": copy it over ", checkpoint_path(dir), " to go on from there");
+  }
+}
+
+// A run resumed at or past --steps has nothing to train.
+void check_steps_left(int64_t saved_step, const TrainOptions& o, const std::string& path) {
+  HEADROOM_CHECK(saved_step < o.steps, "[train] checkpoint ", path, " is at step ", saved_step, " and --steps is ",
+                 o.steps,
+                 ": the run is complete; raise --steps (or --epochs) to train on, or use --eval-only to "
+                 "evaluate it");
+}
+
 // Restores model, optimizer and generator; returns the step to continue from.
 int64_t resume_checkpoint(TrainTask& task, Optimization& optimization, const TrainOptions& o) {
   const std::string path = checkpoint_path(o.ckpt_dir);
-  SafetensorsFile file = load_safetensors(path);
-  HEADROOM_CHECK(required(file.metadata, "format", path) == kFormat, "[train] ", path,
+  SafetensorsFile file = load_checkpoint_file(o.ckpt_dir);
+  const StringMap& metadata = file.metadata;
+  HEADROOM_CHECK(metadata_entry(metadata, "format", path) == kFormat, "[train] ", path,
                  " is not a headroom training checkpoint");
-  task.check_metadata(task_metadata(file.metadata));  // first: its message names the data
-  ModelConfig saved = ModelConfig::from_metadata(file.metadata);
-  HEADROOM_CHECK(saved == task.config(), "[train] checkpoint ", path,
+  task.check_metadata(task_metadata(metadata));  // first: its message names the data
+  HEADROOM_CHECK(ModelConfig::from_checkpoint_metadata(metadata, path) == task.config(), "[train] checkpoint ", path,
                  " was made with another model config; start a new --ckpt directory or pass the same flags");
+  const int64_t step = metadata_int(metadata, "train.step", path, 0, std::numeric_limits<int64_t>::max());
+  const uint64_t seed = metadata_uint64(metadata, "train.seed", path);
+  if (o.resume) {
+    HEADROOM_CHECK(seed == o.seed, "[train] checkpoint ", path, " was made with --seed ", seed, ", not ", o.seed,
+                   "; pass --seed ", seed, " to resume it");
+    check_steps_left(step, o, path);
+  }
   NamedTensors model_entries, optimizer_entries;
   for (auto& entry : file.tensors)
     (entry.first.find("optim.") == std::string::npos ? model_entries : optimizer_entries).push_back(entry);
   task.model().load_state_dict(model_entries);
   optimization.load_state(optimizer_entries);
-  task.model_generator().set_state(std::stoull(required(file.metadata, "train.generator_seed", path)),
-                                   std::stoull(required(file.metadata, "train.generator_offset", path)));
-  return std::stoll(required(file.metadata, "train.step", path));
+  task.model_generator().set_state(metadata_uint64(metadata, "train.generator_seed", path),
+                                   metadata_uint64(metadata, "train.generator_offset", path));
+  return step;
 }
 
 // ---- evaluation ------------------------------------------------------------------
@@ -187,71 +256,103 @@ void log_eval(JsonlLog& log, int64_t step, const Metrics& metrics, bool quiet) {
   if (!quiet) std::printf("%s\n", line.str().c_str());
 }
 
-// The stop for a NaN or infinite loss or gradient: nothing of this step is
-// applied or saved, so the last checkpoint stays the last good state.
-void check_finite(double value, const char* what, int64_t step, const TrainOptions& o) {
-  HEADROOM_CHECK(std::isfinite(value), "[train] the ", what, " is ", value, " at step ", step, "; training stopped",
-                 o.ckpt_dir.empty() ? "" : " and the last good checkpoint in ", o.ckpt_dir.empty() ? "" : o.ckpt_dir,
-                 o.ckpt_dir.empty() ? "" : " is kept");
+// The stop for a NaN or infinite loss, gradient norm or validation metric:
+// nothing of this step is applied or saved.
+void check_finite(double value, const std::string& what, int64_t step, const std::string& stop) {
+  HEADROOM_CHECK(std::isfinite(value), "[train] the ", what, " is ", value, " at step ", step, stop);
 }
 
-void run_steps(TrainTask& task, Optimization& optimization, const TrainOptions& o, JsonlLog& log, TrainResult& result) {
-  WarmupCosine schedule{o.warmup, o.steps, o.min_lr_ratio};
-  Progress progress(result.first_step, o.steps, task.unit(), o.log_every, !o.quiet);
-  InterruptScope interrupt_scope;
-  Backend& memory = backend(task.model().device());
-  memory.reset_peak_memory();
-  auto start = std::chrono::steady_clock::now();
-  task.model().train();
-  for (int64_t step = result.first_step; step < o.steps && !interrupt_requested; ++step) {
-    optimization.begin(step);
-    StepOutput out = task.step(step);
-    check_finite(out.task_loss, "loss", step, o);
-    out.loss.backward();
-    const double lr_factor = schedule.factor(step);
-    check_finite(optimization.finish(lr_factor), "gradient norm", step, o);
-    result.train_loss.push_back(out.task_loss);
-    result.last_step = step + 1;
-    std::vector<JsonField> fields{
-        {"type", std::string("train")}, {"step", step + 1}, {"loss", out.task_loss}, {"lr", o.lr * lr_factor}};
-    if (!optimization.block(step).empty()) fields.emplace_back("block", optimization.block(step));
-    log.write(fields);
-    progress.update(step + 1, {{"loss", out.task_loss}, {"lr", o.lr * lr_factor}}, out.items);
-    auto side_work = std::chrono::steady_clock::now();
-    const bool last = step + 1 == o.steps;
-    if (last || (o.eval_every > 0 && (step + 1) % o.eval_every == 0)) {
-      progress.finish();
-      result.eval = evaluate(task);
-      log_eval(log, step + 1, result.eval, o.quiet);
-    }
-    if (!o.ckpt_dir.empty() && (last || (o.ckpt_every > 0 && (step + 1) % o.ckpt_every == 0)))
-      save_checkpoint(task, optimization, o, step + 1);
-    progress.exclude(std::chrono::duration<double>(std::chrono::steady_clock::now() - side_work).count());
-  }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.items_per_second = progress.items_per_second();
-  result.peak_bytes = memory.memory_stats().peak_bytes;
-  if (interrupt_requested) {
-    result.interrupted = true;
-    progress.finish();
-    if (!o.ckpt_dir.empty()) save_checkpoint(task, optimization, o, result.last_step);
-    std::printf("interrupted at step %lld%s%s\n", (long long)result.last_step,
-                o.ckpt_dir.empty() ? "" : "; checkpoint written to ", o.ckpt_dir.c_str());
-  }
+void check_metrics(const Metrics& metrics, int64_t step, const std::string& stop) {
+  for (const auto& [name, value] : metrics) check_finite(value, "validation " + name, step, stop);
 }
+
+// ---- the loop ----------------------------------------------------------------------
+// Every checkpoint step is an evaluation step, and a checkpoint is written
+// only when that evaluation and every saved tensor are finite: each
+// checkpoint kept is one that evaluates finite, even after a divergence.
+class TrainingLoop {
+ public:
+  TrainingLoop(TrainTask& task, Optimization& optimization, const TrainOptions& o, JsonlLog& log, TrainResult& result)
+      : task_(task),
+        optimization_(optimization),
+        o_(o),
+        log_(log),
+        result_(result),
+        schedule_{o.warmup, o.steps, o.min_lr_ratio},
+        progress_(result.first_step, o.steps, task.unit(), o.log_every, !o.quiet),
+        saved_step_(o.resume ? result.first_step : -1) {}
+
+  void run() {
+    InterruptScope interrupt_scope;
+    Backend& memory = backend(task_.model().device());
+    memory.reset_peak_memory();
+    auto start = std::chrono::steady_clock::now();
+    task_.model().train();
+    for (int64_t step = result_.first_step; step < o_.steps && !result_.interrupted; ++step) {
+      train_step(step);
+      result_.interrupted = interrupt_requested;  // read once: the save below and the loop agree
+      auto side_work = std::chrono::steady_clock::now();
+      evaluate_and_save(step + 1);
+      progress_.exclude(std::chrono::duration<double>(std::chrono::steady_clock::now() - side_work).count());
+    }
+    result_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result_.items_per_second = progress_.items_per_second();
+    result_.peak_bytes = memory.memory_stats().peak_bytes;
+    if (!result_.interrupted) return;
+    progress_.finish();
+    std::printf("interrupted at step %lld%s%s\n", (long long)result_.last_step,
+                o_.ckpt_dir.empty() ? "" : "; checkpoint written to ", o_.ckpt_dir.c_str());
+  }
+
+ private:
+  std::string stop() const { return stop_note(o_, saved_step_); }
+
+  void train_step(int64_t step) {
+    optimization_.begin(step);
+    StepOutput out = task_.step(step);
+    check_finite(out.task_loss, "loss", step, stop());
+    out.loss.backward();
+    const double lr_factor = schedule_.factor(step);
+    check_finite(optimization_.finish(lr_factor), "gradient norm", step, stop());
+    result_.train_loss.push_back(out.task_loss);
+    result_.last_step = step + 1;
+    std::vector<JsonField> fields{
+        {"type", std::string("train")}, {"step", step + 1}, {"loss", out.task_loss}, {"lr", o_.lr * lr_factor}};
+    if (!optimization_.block(step).empty()) fields.emplace_back("block", optimization_.block(step));
+    log_.write(fields);
+    progress_.update(step + 1, {{"loss", out.task_loss}, {"lr", o_.lr * lr_factor}}, out.items);
+  }
+
+  // done: the steps taken so far.
+  void evaluate_and_save(int64_t done) {
+    const bool last = done == o_.steps;
+    const bool save =
+        !o_.ckpt_dir.empty() && (last || result_.interrupted || (o_.ckpt_every > 0 && done % o_.ckpt_every == 0));
+    if (!save && !last && !(o_.eval_every > 0 && done % o_.eval_every == 0)) return;
+    progress_.finish();
+    result_.eval = evaluate(task_);
+    log_eval(log_, done, result_.eval, o_.quiet);
+    check_metrics(result_.eval, done, stop());
+    if (!save) return;
+    save_checkpoint(task_, optimization_, o_, done, stop());
+    saved_step_ = done;
+  }
+
+  TrainTask& task_;
+  Optimization& optimization_;
+  const TrainOptions& o_;
+  JsonlLog& log_;
+  TrainResult& result_;
+  WarmupCosine schedule_;
+  Progress progress_;
+  int64_t saved_step_;
+};
 
 }  // namespace
 
 std::string checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.safetensors"; }
 
-StringMap load_model_checkpoint(Module& model, const std::string& ckpt_dir) {
-  SafetensorsFile file = load_safetensors(checkpoint_path(ckpt_dir));
-  NamedTensors model_entries;
-  for (auto& entry : file.tensors)
-    if (entry.first.find("optim.") == std::string::npos) model_entries.push_back(entry);
-  model.load_state_dict(model_entries);
-  return file.metadata;
-}
+std::string previous_checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.prev.safetensors"; }
 
 std::string config_table(const std::vector<std::pair<std::string, std::string>>& rows) {
   std::string table = "| setting | value |\n|---|---|\n";
@@ -316,14 +417,16 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
   if (o.resume || o.eval_only) result.first_step = resume_checkpoint(task, optimization, o);
   result.last_step = result.first_step;
   const bool logging = !o.ckpt_dir.empty() && !o.eval_only;
-  if (logging) std::filesystem::create_directories(o.ckpt_dir);
+  if (logging) make_run_directory(o.ckpt_dir);
   JsonlLog log = logging ? JsonlLog(o.ckpt_dir + "/log.jsonl", o.resume ? result.first_step : 0) : JsonlLog();
   if (o.eval_only) {
     result.eval = evaluate(task);
     log_eval(log, result.first_step, result.eval, o.quiet);
+    check_metrics(result.eval, result.first_step,
+                  " in " + checkpoint_path(o.ckpt_dir) + " (--eval-only): this checkpoint does not evaluate finite");
     return result;
   }
-  run_steps(task, optimization, o, log, result);
+  TrainingLoop(task, optimization, o, log, result).run();
   return result;
 }
 

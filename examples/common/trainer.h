@@ -3,7 +3,8 @@
 // decay and gradient clipping (or MAE's block coordinate descent with two
 // AdamW optimizers), periodic evaluation, a progress line, a JSONL log,
 // atomic checkpoints every N steps and on Ctrl-C, exact resume, and a stop
-// with a message on a NaN or infinite loss.
+// with a message on a NaN or infinite loss, gradient norm or validation
+// metric.
 //
 // A task owns the model and the data; the loop owns everything else:
 //
@@ -21,7 +22,12 @@
 // A checkpoint (DIR/checkpoint.safetensors) holds the model's state_dict, the
 // optimizer state ("optim." entries; MAE's BCD: "expert.optim." and
 // "gate.optim."), and in the metadata the model config, the task's own
-// entries (e.g. its tokenizer), the step and the generator state.
+// entries (e.g. its tokenizer), the step, the seed and the generator state;
+// every entry is required on resume.  Each checkpoint step is also an
+// evaluation step, and a checkpoint is written only when that evaluation and
+// every saved tensor are finite, so a run that diverges keeps checkpoints
+// that evaluate finite.  The one it replaces is kept as
+// DIR/checkpoint.prev.safetensors.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -129,7 +135,7 @@ template <typename M> class ModelTask : public TrainTask {
 struct TrainResult {
   int64_t first_step = 0, last_step = 0;  // steps run in this call: (first_step, last_step]
   bool interrupted = false;               // stopped by Ctrl-C (a checkpoint was written when --ckpt)
-  Metrics eval;                           // the last evaluation
+  Metrics eval;                           // the last evaluation (none before the first)
   std::vector<double> train_loss;         // task loss of every step run in this call
   double items_per_second = 0;            // training throughput of this call
   double seconds = 0;
@@ -138,15 +144,15 @@ struct TrainResult {
 
 // Moves the task's model to options.device first (its optimizer state lives
 // there too; checkpoints are written from and read to the host, so a run can
-// resume on another device).
+// resume on another device).  Throws headroom::Error naming the step and the
+// checkpoint kept for a non-finite loss, gradient norm, validation metric or
+// saved tensor; for --resume from a checkpoint at or past options.steps; and
+// for --eval-only when a metric is not finite.
 TrainResult train(TrainTask& task, const TrainOptions& options);
 
-// The checkpoint file of a run directory.
+// The checkpoint file of a run directory, and the one it replaced.
 std::string checkpoint_path(const std::string& ckpt_dir);
-
-// Loads a checkpoint's model weights into `model` and returns its metadata
-// (for --eval-only and generation from a trained model).
-StringMap load_model_checkpoint(Module& model, const std::string& ckpt_dir);
+std::string previous_checkpoint_path(const std::string& ckpt_dir);
 
 // A config table (Markdown) of name/value rows, printed at the start of a run.
 std::string config_table(const std::vector<std::pair<std::string, std::string>>& rows);
