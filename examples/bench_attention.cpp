@@ -49,8 +49,7 @@ struct Options {
 constexpr int64_t kMaxSeq = 65536;
 
 void add_flags(examples::Flags& flags, Options& o) {
-  flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or the core count)",
-            {0, examples::kMaxThreadsFlag});
+  flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or the core count)", {0, kMaxThreads});
   flags.add("iters", &o.iters, "timed pairs per measurement", {1, 1'000'000});
   flags.add("batch", &o.batch, "sequences per batch", {1, 4096});
   flags.add("seq", &o.seq, "sequence lengths, comma separated, each in [1, 65536]");

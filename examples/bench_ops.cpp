@@ -61,8 +61,7 @@ struct Options {
 
 void add_flags(examples::Flags& flags, Options& options) {
   flags.add("threads", &options.threads,
-            "CPU threads for OpenMP and OpenBLAS (0: HEADROOM_NUM_THREADS or the core count)",
-            {0, examples::kMaxThreadsFlag});
+            "CPU threads for OpenMP and OpenBLAS (0: HEADROOM_NUM_THREADS or the core count)", {0, kMaxThreads});
   flags.add("iters", &options.iters, "timed pairs per measurement, after warm-up (matmul uses at least 20)",
             {1, 1'000'000});
   flags.add("smoke", &options.smoke, "tiny sizes and 1 iteration, for CI");

@@ -34,8 +34,7 @@ void add_flags(examples::Flags& flags, Config& c) {
   flags.add("lr", &c.lr, "peak AdamW learning rate, warm-up then cosine decay",
             {0, 1e6, examples::End::open, examples::End::closed});
   flags.add("seed", &c.seed, "seeds data, init and everything else", {0, UINT64_MAX});
-  flags.add("threads", &c.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)",
-            {0, examples::kMaxThreadsFlag});
+  flags.add("threads", &c.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)", {0, kMaxThreads});
   flags.add("device", &c.device, "cpu, cuda or cuda:N");
   flags.add("tf32", &c.tf32, "CUDA: TF32 tensor-core matmuls");
   flags.add("ckpt", &c.ckpt, "write a checkpoint (model, optimizer, step) every 100 steps and at the end");

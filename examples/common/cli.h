@@ -40,9 +40,6 @@ struct RealRange {
   End min_end = End::closed, max_end = End::closed;
 };
 
-// The most threads --threads accepts (headroom::kMaxThreads of core/threading.h).
-constexpr int kMaxThreadsFlag = 1024;
-
 // A decimal integer filling all of `text` (an optional '-', then digits; no
 // spaces, no '+'), or nullopt when it is malformed or outside the type.
 std::optional<int64_t> parse_int64(const std::string& text);

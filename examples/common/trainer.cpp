@@ -383,7 +383,7 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
   flags.add("resume", &o.resume, "continue the run in --ckpt from its checkpoint");
   flags.add("eval-only", &o.eval_only, "load --ckpt's checkpoint, evaluate and stop");
   flags.add("seed", &o.seed, "seeds initialisation, data order, dropout and sampling", {0, UINT64_MAX});
-  flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)", {0, kMaxThreadsFlag});
+  flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)", {0, kMaxThreads});
   flags.add("device", &o.device, "cpu, cuda or cuda:N (data is loaded on the CPU)");
   flags.add("tf32", &o.tf32, "CUDA: TF32 tensor-core matmuls (faster, less precise)");
 }
