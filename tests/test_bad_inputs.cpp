@@ -305,8 +305,23 @@ TEST_CASE("bad inputs: train_demo exits 2 or 1 with a clear message for every ba
                   {{"--no-such-flag"}, 2, "unknown flag --no-such-flag"},
                   {{"--device", "gpu"}, 1, "'gpu'"},
                   {{"--resume", data.dir.file("missing.safetensors")}, 1, "missing.safetensors"},
+                  {{"--resume", data.dir.file("fifo")}, 1, "fifo is a FIFO, expected a regular file"},
+                  {{"--resume", data.dir.file("folder")}, 1, "folder is a directory, expected a regular file"},
               },
               data.dir);
+  // The environment is checked as strictly as the flags.
+  const std::string demo = std::string(HEADROOM_EXAMPLES_BIN_DIR) + "/train_demo";
+  for (const char* threads : {"4294967297", "abc", "0", ""}) {
+    const std::string command = "HEADROOM_NUM_THREADS='" + std::string(threads) + "' timeout 30 " + demo +
+                                " --steps 1 > /dev/null 2> " + data.dir.file("stderr.txt");
+    const int raw = std::system(command.c_str());
+    CAPTURE(command);
+    REQUIRE(WIFEXITED(raw));
+    CHECK(WEXITSTATUS(raw) == 1);
+    CHECK(file_text(data.dir.file("stderr.txt"))
+              .find("HEADROOM_NUM_THREADS='" + std::string(threads) + "' must be a whole number from 1 to 1024") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("bad inputs: the benchmarks refuse bad flags with status 2 and time a single iteration") {
