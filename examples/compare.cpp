@@ -182,6 +182,9 @@ double loss_at_seconds(const FinishedRun& run, double seconds) {
   return loss;
 }
 
+// Seconds with the decimals short runs need ("0.04 s", "3.4 s", "212 s"), so they do not all read "0 s".
+const char* seconds_pattern(double seconds) { return seconds < 1 ? "%.2f s" : seconds < 10 ? "%.1f s" : "%.0f s"; }
+
 // The mean of the finite values over seeds, with how many seeds had one when not all.
 std::string mean_over_seeds(const std::vector<double>& values, const char* pattern, const char* none) {
   std::vector<double> finite;
@@ -229,7 +232,7 @@ std::vector<std::string> table_row(const std::string& method, const std::vector<
           mean_spread(quality, percent || metric == "test_bleu" ? "%.2f" : "%.3f"),
           mean_spread(loss, "%.3f"),
           mean_over_seeds(at_budget, "%.3f", "no evaluation yet"),
-          mean_over_seeds(to_target, "%.0f s", "not reached"),
+          mean_over_seeds(to_target, seconds_pattern(ref.budget_seconds), "not reached"),
           std::to_string(first.steps),
           format("%.0f%%", 100 * first.active_heads),
           std::to_string(first.parameters) +
@@ -248,7 +251,7 @@ std::string results_table(const std::string& task, const std::vector<std::string
   const auto [metric, higher_better] = quality_metric(task);
   return markdown_table(
       {"method", metric + (higher_better ? " (higher is better)" : " (lower is better)"), "valid loss",
-       "valid loss at " + format("%.0f s", ref.budget_seconds),
+       "valid loss at " + format(seconds_pattern(ref.budget_seconds), ref.budget_seconds),
        "time to " + methods.front() + "'s valid loss " + format("%.3f", ref.target_loss), "steps", "active heads",
        "parameters (vs first)", "MACs/" + std::string(task == "vit" ? "image" : "token"),
        task == "vit" ? "img/s" : "tok/s", "peak MiB"},
