@@ -1,15 +1,20 @@
 // compare: trains MHA, MoA, MoH (ρ = 0.75 and 0.5) and MAE on one task with
 // the same budget (steps, batch, model size; parameters within a few percent
-// of MHA's) over several seeds, and writes a Markdown table of quality,
-// active heads, parameters, MACs, throughput and peak memory, plus the
-// validation curves of every method in one picture.
+// of MHA's) over several seeds, and writes a Markdown table of quality at
+// equal steps and at equal wall-clock time, the time each method takes to
+// reach the first method's final validation loss, active heads, parameters,
+// MACs, throughput and peak memory, plus the validation curves of every
+// method against steps and against elapsed seconds.
 //
 //   compare --task lm --seeds 2 --steps 1500 --out runs/compare-lm
 //   compare --task vit --methods mha,moh50 --epochs 2
 //
 // The method presets (mha, moa, moh75, moh50, mae) are method_preset() in
-// examples/common/model_options.h.
+// examples/common/model_options.h; mae-equal-updates is MAE's preset trained
+// for as many steps as its BCD needs to give the experts as many updates as
+// MHA's --steps (G blocks freeze the experts, so plain mae gets about half).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -26,6 +31,15 @@ using namespace headroom;
 using namespace headroom::examples;
 
 namespace {
+
+const char* const kEqualUpdates = "mae-equal-updates";
+const std::vector<std::string> kMethods = {"mha", "moa", "moh75", "moh50", "mae", kEqualUpdates};
+
+std::string known_methods() {
+  std::string names;
+  for (const std::string& method : kMethods) names += (names.empty() ? "" : ", ") + method;
+  return names;
+}
 
 // The quality metric of each task, and whether higher is better.
 std::pair<std::string, bool> quality_metric(const std::string& task) {
@@ -48,29 +62,32 @@ std::string mean_spread(const std::vector<double>& values, const char* pattern) 
   return values.size() > 1 ? text + " ± " + format(pattern, (hi - lo) / 2) : text;
 }
 
-double mean_of(const std::vector<RunSummary>& runs, double (*get)(const RunSummary&)) {
+double mean(const std::vector<double>& values) {
   double sum = 0;
-  for (const auto& run : runs) sum += get(run);
-  return sum / double(runs.size());
+  for (double v : values) sum += v;
+  return sum / double(values.size());
 }
 
-std::vector<std::string> table_row(const std::string& method, const std::vector<RunSummary>& runs, int64_t mha_params) {
-  const auto [metric, higher_better] = quality_metric(runs.front().task);
-  std::vector<double> quality, loss;
-  for (const auto& run : runs) quality.push_back(run.metric(metric)), loss.push_back(run.metric("loss"));
-  const RunSummary& first = runs.front();
-  const bool percent = metric == "test_accuracy";
-  if (percent)
-    for (double& q : quality) q *= 100;
-  return {method,
-          mean_spread(quality, percent || metric == "test_bleu" ? "%.2f" : "%.3f"),
-          mean_spread(loss, "%.3f"),
-          format("%.0f%%", 100 * first.active_heads),
-          std::to_string(first.parameters) +
-              format(" (%+.1f%%)", 100.0 * double(first.parameters - mha_params) / double(mha_params)),
-          format("%.3g", first.macs_per_item),
-          format("%.0f", mean_of(runs, [](const RunSummary& r) { return r.items_per_second; })),
-          format("%.1f", mean_of(runs, [](const RunSummary& r) { return double(r.peak_bytes) / (1 << 20); }))};
+// ---- the methods ------------------------------------------------------------
+
+// The model a method trains: mae-equal-updates is MAE's preset.
+ModelOptions method_model(const std::string& method, const ModelOptions& base) {
+  return method_preset(method == kEqualUpdates ? "mae" : method, base);
+}
+
+// Expert (θ) updates in MAE's first `steps` steps: every warm-start and F
+// step; G steps update only the gate (joint training updates both).
+int64_t expert_updates(int64_t steps, const TrainOptions& o) {
+  if (o.mae_joint) return steps;
+  const int64_t warm = std::min(steps, o.bcd_warm), rest = steps - warm, block = o.bcd_f + o.bcd_g;
+  return warm + rest / block * o.bcd_f + std::min(rest % block, o.bcd_f);
+}
+
+// The fewest MAE steps with at least `updates` expert updates (the inverse of expert_updates).
+int64_t steps_for_expert_updates(int64_t updates, const TrainOptions& o) {
+  if (o.mae_joint || updates <= o.bcd_warm) return updates;
+  const int64_t rest = updates - o.bcd_warm, full_blocks = (rest - 1) / o.bcd_f;
+  return o.bcd_warm + full_blocks * (o.bcd_f + o.bcd_g) + (rest - full_blocks * o.bcd_f);
 }
 
 // The presets of --methods, each known and named once; checked before the
@@ -79,17 +96,193 @@ std::vector<std::string> checked_methods(const std::string& list, const ModelOpt
   std::vector<std::string> methods = split_list(list);
   if (methods.empty()) throw UsageError("--methods names no preset");
   for (size_t i = 0; i < methods.size(); ++i) {
-    method_preset(methods[i], model);
+    if (std::find(kMethods.begin(), kMethods.end(), methods[i]) == kMethods.end())
+      throw UsageError("unknown method '" + methods[i] + "' in --methods (known: " + known_methods() + ")");
+    method_model(methods[i], model);
     if (std::find(methods.begin(), methods.begin() + i, methods[i]) != methods.begin() + i)
       throw UsageError("--methods names '" + methods[i] + "' twice");
   }
   return methods;
 }
 
+// ---- the runs ---------------------------------------------------------------
+
+struct PlannedRun {
+  std::string method;
+  ModelOptions model;
+  TrainOptions options;
+};
+
+// Every run, in order: each method over the seeds.  --eval-every and
+// --log-every left at their defaults give about 20 evaluations and 10
+// progress lines per run, so every curve has points to compare.
+std::vector<PlannedRun> plan_runs(const std::vector<std::string>& methods, const ModelOptions& model,
+                                  const TrainOptions& base, int64_t seeds, const std::string& out, const Flags& flags) {
+  std::vector<PlannedRun> runs;
+  for (const std::string& method : methods)
+    for (int64_t s = 0; s < seeds; ++s) {
+      TrainOptions o = base;
+      o.seed = base.seed + uint64_t(s);
+      if (method == kEqualUpdates) o.steps = steps_for_expert_updates(base.steps, base);
+      if (!flags.was_set("eval-every")) o.eval_every = std::max<int64_t>(base.steps / 20, 1);
+      if (!flags.was_set("log-every")) o.log_every = std::max<int64_t>(o.steps / 10, 1);
+      o.ckpt_dir = out + "/" + method + "-seed" + std::to_string(o.seed);
+      runs.push_back({method, method_model(method, model), o});
+    }
+  return runs;
+}
+
+// The outer progress line: which run, how long so far, and the ETA from the
+// seconds per step of the runs done.
+void print_outer_progress(const std::vector<PlannedRun>& runs, size_t index, double elapsed) {
+  int64_t steps_done = 0, steps_left = 0;
+  for (size_t i = 0; i < runs.size(); ++i) (i < index ? steps_done : steps_left) += runs[i].options.steps;
+  const std::string eta =
+      steps_done > 0 ? format_duration(elapsed / double(steps_done) * double(steps_left)) : "after the first run";
+  const PlannedRun& run = runs[index];
+  std::printf("\n== run %zu of %zu: %s, seed %llu, %lld steps | elapsed %s | ETA %s | -> %s\n", index + 1, runs.size(),
+              run.method.c_str(), (unsigned long long)run.options.seed, (long long)run.options.steps,
+              format_duration(elapsed).c_str(), eta.c_str(), run.options.ckpt_dir.c_str());
+  std::fflush(stdout);
+}
+
+// A finished run: its summary and its validation loss per evaluation.
+struct FinishedRun {
+  RunSummary summary;
+  std::vector<double> steps, seconds, valid_loss;  // one entry per evaluation
+};
+
+FinishedRun finished_run(RunSummary summary, const std::string& run_dir) {
+  FinishedRun run{std::move(summary), {}, {}, {}};
+  for (const auto& row : read_jsonl_numbers(run_dir + "/log.jsonl", "eval")) {
+    double step = NAN, seconds = NAN, loss = NAN;
+    for (const auto& [key, value] : row) {
+      if (key == "step") step = value;
+      if (key == "elapsed_s") seconds = value;
+      if (key == "loss") loss = value;
+    }
+    run.steps.push_back(step), run.seconds.push_back(seconds), run.valid_loss.push_back(loss);
+  }
+  return run;
+}
+
+// ---- the table --------------------------------------------------------------
+
+// Seconds until the run's validation loss first reaches `target`; NaN when it never does.
+double seconds_to_reach(const FinishedRun& run, double target) {
+  for (size_t i = 0; i < run.valid_loss.size(); ++i)
+    if (run.valid_loss[i] <= target) return run.seconds[i];
+  return NAN;
+}
+
+// The validation loss of the last evaluation at or before `seconds`; NaN when none was that early.
+double loss_at_seconds(const FinishedRun& run, double seconds) {
+  double loss = NAN;
+  for (size_t i = 0; i < run.valid_loss.size() && run.seconds[i] <= seconds; ++i) loss = run.valid_loss[i];
+  return loss;
+}
+
+// Seconds with the decimals short runs need ("0.04 s", "3.4 s", "212 s"), so they do not all read "0 s".
+const char* seconds_pattern(double seconds) { return seconds < 1 ? "%.2f s" : seconds < 10 ? "%.1f s" : "%.0f s"; }
+
+// The mean of the finite values over seeds, with how many seeds had one when not all.
+std::string mean_over_seeds(const std::vector<double>& values, const char* pattern, const char* none) {
+  std::vector<double> finite;
+  for (double v : values)
+    if (std::isfinite(v)) finite.push_back(v);
+  if (finite.empty()) return none;
+  std::string text = mean_spread(finite, pattern);
+  if (finite.size() < values.size())
+    text += " (" + std::to_string(finite.size()) + " of " + std::to_string(values.size()) + " seeds)";
+  return text;
+}
+
+// What the comparison of quality against time is measured by: the first
+// method's final validation loss (mean over seeds), and the wall-clock
+// budget every method had (the shortest run's last evaluation).
+struct TimeReference {
+  double target_loss = NAN, budget_seconds = INFINITY;
+};
+
+TimeReference time_reference(const std::vector<std::vector<FinishedRun>>& by_method) {
+  TimeReference ref;
+  std::vector<double> first_losses;
+  for (const FinishedRun& run : by_method.front()) first_losses.push_back(run.valid_loss.back());
+  ref.target_loss = mean(first_losses);
+  for (const auto& runs : by_method)
+    for (const FinishedRun& run : runs) ref.budget_seconds = std::min(ref.budget_seconds, run.seconds.back());
+  return ref;
+}
+
+std::vector<std::string> table_row(const std::string& method, const std::vector<FinishedRun>& runs,
+                                   int64_t first_params, const TimeReference& ref) {
+  const RunSummary& first = runs.front().summary;
+  const auto [metric, higher_better] = quality_metric(first.task);
+  const bool percent = metric == "test_accuracy";
+  std::vector<double> quality, loss, to_target, at_budget, speed, memory;
+  for (const FinishedRun& run : runs) {
+    quality.push_back(run.summary.metric(metric) * (percent ? 100 : 1));
+    loss.push_back(run.summary.metric("loss"));
+    to_target.push_back(seconds_to_reach(run, ref.target_loss));
+    at_budget.push_back(loss_at_seconds(run, ref.budget_seconds));
+    speed.push_back(run.summary.items_per_second);
+    memory.push_back(double(run.summary.peak_bytes) / (1 << 20));
+  }
+  return {method,
+          mean_spread(quality, percent || metric == "test_bleu" ? "%.2f" : "%.3f"),
+          mean_spread(loss, "%.3f"),
+          mean_over_seeds(at_budget, "%.3f", "no evaluation yet"),
+          mean_over_seeds(to_target, seconds_pattern(ref.budget_seconds), "not reached"),
+          std::to_string(first.steps),
+          format("%.0f%%", 100 * first.active_heads),
+          std::to_string(first.parameters) +
+              format(" (%+.1f%%)", 100.0 * double(first.parameters - first_params) / double(first_params)),
+          format("%.3g", first.macs_per_item),
+          format("%.0f", mean(speed)),
+          format("%.1f", mean(memory))};
+}
+
+std::string results_table(const std::string& task, const std::vector<std::string>& methods,
+                          const std::vector<std::vector<FinishedRun>>& by_method) {
+  const TimeReference ref = time_reference(by_method);
+  std::vector<std::vector<std::string>> rows;
+  for (size_t m = 0; m < methods.size(); ++m)
+    rows.push_back(table_row(methods[m], by_method[m], by_method.front().front().summary.parameters, ref));
+  const auto [metric, higher_better] = quality_metric(task);
+  return markdown_table(
+      {"method", metric + (higher_better ? " (higher is better)" : " (lower is better)"), "valid loss",
+       "valid loss at " + format(seconds_pattern(ref.budget_seconds), ref.budget_seconds),
+       "time to " + methods.front() + "'s valid loss " + format("%.3f", ref.target_loss), "steps", "active heads",
+       "parameters (vs first)", "MACs/" + std::string(task == "vit" ? "image" : "token"),
+       task == "vit" ? "img/s" : "tok/s", "peak MiB"},
+      rows);
+}
+
+// The first seed's validation loss of every method against `x` (steps or seconds).
+void plot_curves(const std::string& path, const std::vector<std::string>& methods,
+                 const std::vector<std::vector<FinishedRun>>& by_method, bool against_time, const std::string& task) {
+  LineChart chart;
+  chart.title = "compare " + task + ": validation loss (seed " + std::to_string(by_method[0][0].summary.seed) + ")";
+  chart.x_label = against_time ? "elapsed seconds" : "step", chart.y_label = "loss (nats)";
+  for (size_t m = 0; m < methods.size(); ++m) {
+    const FinishedRun& run = by_method[m].front();
+    chart.series.push_back(
+        {methods[m], against_time ? run.seconds : run.steps, run.valid_loss, method_color(methods[m])});
+  }
+  plot_lines(path, chart);
+}
+
 struct CompareOptions {
   std::string task = "lm", methods = "mha,moa,moh75,moh50,mae", out;
   int64_t seeds = 2;
 };
+
+RunSummary train_one(const std::string& task, const LmOptions& lm, const MtOptions& mt, const VitOptions& vit,
+                     const PlannedRun& run) {
+  if (task == "lm") return run_lm(lm, run.model, run.options);
+  if (task == "mt") return run_mt(mt, run.model, run.options);
+  return run_vit(vit, run.model, run.options);
+}
 
 int run(const std::string& task, int argc, char** argv) {
   CompareOptions c;
@@ -105,9 +298,9 @@ int run(const std::string& task, int argc, char** argv) {
   if (task == "vit") set_vit_defaults(model, train_options);
   Flags flags("compare", "trains every attention method on one task with the same budget and tabulates the results");
   flags.add("task", &c.task, "lm | mt | vit (its own flags follow)");
-  flags.add("methods", &c.methods, "comma-separated presets: mha, moa, moh75, moh50, mae");
+  flags.add("methods", &c.methods, "comma-separated presets: " + known_methods());
   flags.add("seeds", &c.seeds, "seeds per method", {1, 1000});
-  flags.add("out", &c.out, "folder for the runs, table.md and curves.png");
+  flags.add("out", &c.out, "folder for the runs, table.md, curves.png and curves_time.png");
   if (task == "lm") add_lm_flags(flags, lm);
   if (task == "mt") add_mt_flags(flags, mt);
   if (task == "vit") add_vit_flags(flags, vit);
@@ -122,49 +315,29 @@ int run(const std::string& task, int argc, char** argv) {
       if (flags.was_set(flag))
         throw UsageError("--" + flag + " does not apply to compare: --methods sets the attention, --out the folder");
     const std::vector<std::string> methods = checked_methods(c.methods, model);
+    const std::vector<PlannedRun> runs = plan_runs(methods, model, train_options, c.seeds, c.out, flags);
     if (train_options.threads > 0) set_num_threads(train_options.threads);
     std::printf("%s\n", run_config_table(flags, train_options).c_str());
-    std::vector<std::vector<std::string>> rows;
-    LineChart curves;
-    curves.title = "validation loss (seed " + std::to_string(train_options.seed) + ")";
-    curves.x_label = "step", curves.y_label = "loss (nats)";
-    int64_t mha_params = 0;
-    for (const std::string& method : methods) {
-      ModelOptions m = method_preset(method, model);
-      std::vector<RunSummary> runs;
-      for (int64_t s = 0; s < c.seeds; ++s) {
-        TrainOptions o = train_options;
-        o.seed = train_options.seed + uint64_t(s);
-        o.ckpt_dir = c.out + "/" + method + "-seed" + std::to_string(o.seed);
-        o.quiet = true;
-        std::printf("== %s, seed %llu -> %s\n", method.c_str(), (unsigned long long)o.seed, o.ckpt_dir.c_str());
-        std::fflush(stdout);
-        runs.push_back(task == "lm" ? run_lm(lm, m, o) : task == "mt" ? run_mt(mt, m, o) : run_vit(vit, m, o));
-        std::printf("%s", describe(runs.back()).c_str());
-        if (s == 0) {
-          auto evals = read_jsonl_numbers(o.ckpt_dir + "/log.jsonl", "eval");
-          LineSeries series{method, {}, {}};
-          for (const auto& row : evals)
-            for (const auto& [key, value] : row) {
-              if (key == "step") series.x.push_back(value);
-              if (key == "loss") series.y.push_back(value);
-            }
-          curves.series.push_back(series);
-        }
+    std::vector<std::vector<FinishedRun>> by_method(methods.size());
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < runs.size(); ++i) {
+      print_outer_progress(runs, i, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      RunSummary summary = train_one(task, lm, mt, vit, runs[i]);
+      std::printf("%s", describe(summary).c_str());
+      if (summary.interrupted) {
+        std::printf("compare stopped after run %zu of %zu; no table written\n", i + 1, runs.size());
+        return 130;
       }
-      if (mha_params == 0) mha_params = runs.front().parameters;
-      rows.push_back(table_row(method, runs, mha_params));
+      const size_t m = std::find(methods.begin(), methods.end(), runs[i].method) - methods.begin();
+      by_method[m].push_back(finished_run(std::move(summary), runs[i].options.ckpt_dir));
     }
-    const auto [metric, higher_better] = quality_metric(task);
-    std::string table = markdown_table(
-        {"method", metric + (higher_better ? " (higher is better)" : " (lower is better)"), "valid loss",
-         "active heads", "parameters (vs first)", "MACs/" + std::string(task == "vit" ? "image" : "token"),
-         task == "vit" ? "img/s" : "tok/s", "peak MiB"},
-        rows);
+    const std::string table = results_table(task, methods, by_method);
     std::filesystem::create_directories(c.out);
     write_file_atomically(c.out + "/table.md", table, "compare");
-    plot_lines(c.out + "/curves.png", curves);
-    std::printf("\n%s\ntable: %s/table.md, curves: %s/curves.png\n", table.c_str(), c.out.c_str(), c.out.c_str());
+    plot_curves(c.out + "/curves.png", methods, by_method, false, task);
+    plot_curves(c.out + "/curves_time.png", methods, by_method, true, task);
+    std::printf("\n%s\ntable: %s/table.md, curves: %s/curves.png (by step), %s/curves_time.png (by time)\n",
+                table.c_str(), c.out.c_str(), c.out.c_str(), c.out.c_str());
     return 0;
   });
 }

@@ -351,3 +351,39 @@ TEST_CASE("plot: markdown_table aligns the pipes") {
   CHECK_THROWS_HEADROOM(markdown_table({}, {}), "[markdown_table] the header has no columns");
   CHECK_THROWS_HEADROOM(markdown_table({"a", "b"}, {{"1", "2"}, {"3"}}), "row 1 has 1 cells but the header has 2");
 }
+
+TEST_CASE("plot: a method keeps its colour whatever the order of the series") {
+  CHECK(method_color("mha") == palette_color(0));
+  CHECK(!method_color("dense").has_value());
+  const std::vector<std::string> methods = {"mha", "moa", "moh75", "moh50", "mae", "mae-equal-updates"};
+  for (size_t i = 0; i < methods.size(); ++i)
+    for (size_t j = 0; j < i; ++j) CHECK(*method_color(methods[i]) != *method_color(methods[j]));
+  // mha low and moa high, listed in both orders: mha's line is mha's colour each time.
+  for (const bool mha_first : {true, false}) {
+    LineChart chart;
+    LineSeries mha{"mha", {0, 1}, {1, 1}, method_color("mha")}, moa{"moa", {0, 1}, {2, 2}, method_color("moa")};
+    chart.series = mha_first ? std::vector<LineSeries>{mha, moa} : std::vector<LineSeries>{moa, mha};
+    Picture picture = draw(plot_lines, chart);
+    const Rect a = picture.area;
+    CAPTURE(mha_first);
+    CHECK(picture.find(*method_color("mha"), {a.left, a.top + a.height() / 2, a.right, a.bottom}).width() > 0);
+    CHECK(picture.find(*method_color("moa"), {a.left, a.top + a.height() / 2, a.right, a.bottom}).width() == 0);
+    CHECK(picture.find(*method_color("moa"), {a.left, a.top, a.right, a.top + a.height() / 2}).width() > 0);
+  }
+}
+
+TEST_CASE("plot: a title too wide for its picture is drawn smaller and stays inside it") {
+  BarChart chart;
+  chart.title = "head / expert density per layer (share of tokens that use it): compare-lm/moh75-seed1";
+  chart.categories = {"0", "1"};
+  chart.groups = {{"layer 0", {0.5, 1}}};
+  Picture picture = draw(plot_bars, chart, true);
+  const Color ink{40, 40, 40};
+  const int band = picture.area.top - 10;  // the rows above the plot area hold the title
+  CHECK(picture.find(ink, {0, 0, picture.width(), band}).width() > 0);
+  CHECK(picture.find(ink, {0, 0, 14, band}).width() == 0);  // the margins stay clear
+  CHECK(picture.find(ink, {picture.width() - 14, 0, picture.width(), band}).width() == 0);
+  chart.title = std::string(400, 'x');  // too wide even at the smallest scale: cut
+  picture = draw(plot_bars, chart, true);
+  CHECK(picture.find(ink, {0, 0, 14, picture.area.top - 10}).width() == 0);
+}

@@ -389,3 +389,14 @@ TEST_CASE("RoutingRecorder: a MoH layer's shared head has density 1; CSV and JSO
           doctest::Approx(density[size_t(e)]).epsilon(1e-6));
   }
 }
+
+TEST_CASE("routing report: the PMI table is written only when most top lists rank their tokens") {
+  using headroom::examples::pmi_tables_inform;
+  const std::vector<std::pair<int32_t, double>> tie{{3, 0.0}, {4, 0.0}, {5, 0.0}}, ranked{{3, 1.2}, {4, 0.7}, {5, 0.1}};
+  CHECK(!pmi_tables_inform({}));
+  CHECK(!pmi_tables_inform({tie, tie, tie}));     // e.g. MoH's shared heads: PMI 0 for every token
+  CHECK(!pmi_tables_inform({tie, tie, ranked}));  // mostly ties
+  CHECK(!pmi_tables_inform({{{3, 0.5}}}));        // one token ranks nothing
+  CHECK(pmi_tables_inform({tie, ranked}));
+  CHECK(pmi_tables_inform({ranked, ranked, tie}));
+}

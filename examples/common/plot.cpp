@@ -173,10 +173,27 @@ int widest(const std::vector<std::string>& labels, int scale) {
   return w;
 }
 
+// The title as drawn on a picture `width` wide: the largest font scale at which
+// it fits between the margins, cut with "..." when even scale 1 is too wide.
+struct FittedTitle {
+  std::string text;
+  int scale = kTitleScale;
+};
+
+FittedTitle fit_title(const std::string& title, int width) {
+  const int room = width - 2 * kMargin;
+  for (int scale = kTitleScale; scale >= 1; --scale)
+    if (Canvas::text_width(title, scale) <= room) return {title, scale};
+  std::string cut = title;
+  while (!cut.empty() && Canvas::text_width(cut + "...", 1) > room) cut.pop_back();
+  return {cut + "...", 1};
+}
+
 Rect layout(const Canvas& canvas, const Frame& frame, const std::string& chart, const std::string& path) {
   const int line = Canvas::text_height(kTextScale);
   Rect area;
-  area.top = kMargin + (frame.title.empty() ? line / 2 : Canvas::text_height(kTitleScale) + kGap);
+  const int title_height = Canvas::text_height(fit_title(frame.title, canvas.width()).scale);
+  area.top = kMargin + (frame.title.empty() ? line / 2 : title_height + kGap);
   area.left =
       kMargin + (frame.y_label.empty() ? 0 : line + kGap) + widest(frame.y_tick_labels, kTextScale) + kTick + kGap / 2;
   area.bottom = canvas.height() - kMargin - (frame.x_label.empty() ? 0 : line + kGap) - line - kTick - kGap / 2;
@@ -189,8 +206,9 @@ Rect layout(const Canvas& canvas, const Frame& frame, const std::string& chart, 
 // Title centred on top, x label under the tick labels, y label reading upwards on the left.
 void draw_labels(Canvas& canvas, const Rect& area, const Frame& frame) {
   const int line = Canvas::text_height(kTextScale);
-  canvas.text((canvas.width() - Canvas::text_width(frame.title, kTitleScale)) / 2, kMargin, frame.title, kInk,
-              kTitleScale);
+  const FittedTitle title = fit_title(frame.title, canvas.width());
+  canvas.text((canvas.width() - Canvas::text_width(title.text, title.scale)) / 2, kMargin, title.text, kInk,
+              title.scale);
   canvas.text(area.left + (area.width() - Canvas::text_width(frame.x_label, kTextScale)) / 2,
               canvas.height() - kMargin - line, frame.x_label, kInk, kTextScale);
   canvas.text(kMargin, area.top + (area.height() - Canvas::text_width(frame.y_label, kTextScale)) / 2, frame.y_label,
@@ -263,13 +281,15 @@ int legend_width(const std::vector<std::string>& names) {
   return Canvas::text_height(kTextScale) + kGap + widest(names, kTextScale);
 }
 
-// A colour swatch and a name per series, right of the area, top-aligned.
-void draw_legend(Canvas& canvas, const Rect& area, const std::vector<std::string>& names) {
+// A colour swatch and a name per series, right of the area, top-aligned;
+// series i in colors[i], or palette_color(i) when colors is empty.
+void draw_legend(Canvas& canvas, const Rect& area, const std::vector<std::string>& names,
+                 const std::vector<Color>& colors) {
   const int line = Canvas::text_height(kTextScale);
   const int x = area.right + 2 * kGap;
   for (size_t i = 0; i < names.size(); ++i) {
     int y = area.top + static_cast<int>(i) * (line + kGap / 2);
-    canvas.fill_rect({x, y + 2, x + line - 4, y + line - 2}, palette_color(i));
+    canvas.fill_rect({x, y + 2, x + line - 4, y + line - 2}, colors.empty() ? palette_color(i) : colors[i]);
     canvas.text(x + line + kGap / 2, y, names[i], kInk, kTextScale);
   }
 }
@@ -277,9 +297,9 @@ void draw_legend(Canvas& canvas, const Rect& area, const std::vector<std::string
 // What every chart ends with: the frame over the data, the legend (when there
 // are names), the title and axis labels; then the file.  Returns the area.
 Rect finish(Canvas& canvas, const Rect& area, const Frame& frame, const std::vector<std::string>& legend,
-            const std::string& path) {
+            const std::string& path, const std::vector<Color>& legend_colors = {}) {
   draw_box(canvas, area);
-  if (!legend.empty()) draw_legend(canvas, area, legend);
+  if (!legend.empty()) draw_legend(canvas, area, legend, legend_colors);
   draw_labels(canvas, area, frame);
   canvas.save(path);
   return area;
@@ -311,6 +331,20 @@ Color palette_color(size_t index) {
   static const Color tab10[10] = {{31, 119, 180}, {255, 127, 14},  {44, 160, 44},   {214, 39, 40},  {148, 103, 189},
                                   {140, 86, 75},  {227, 119, 194}, {127, 127, 127}, {188, 189, 34}, {23, 190, 207}};
   return tab10[index % 10];
+}
+
+std::optional<Color> method_color(const std::string& method) {
+  // tab10's blue, orange, green and red, and tab20's lighter green and red for the variants.
+  static const std::pair<const char*, Color> colors[] = {{"mha", {31, 119, 180}},
+                                                         {"moa", {255, 127, 14}},
+                                                         {"moh75", {44, 160, 44}},
+                                                         {"moh", {44, 160, 44}},
+                                                         {"moh50", {152, 223, 138}},
+                                                         {"mae", {214, 39, 40}},
+                                                         {"mae-equal-updates", {255, 152, 150}}};
+  for (const auto& [name, color] : colors)
+    if (method == name) return color;
+  return std::nullopt;
 }
 
 Color colormap(double t) {
@@ -414,7 +448,11 @@ Rect plot_lines(const std::string& path, const LineChart& chart) {
   const Axis y_axis = chart.log_y ? log_axis(y_lo, y_hi) : linear_axis(y_lo, y_hi, true);
 
   std::vector<std::string> names;
-  for (const LineSeries& series : chart.series) names.push_back(series.name);
+  std::vector<Color> colors;
+  for (size_t s = 0; s < chart.series.size(); ++s) {
+    names.push_back(chart.series[s].name);
+    colors.push_back(chart.series[s].color.value_or(palette_color(s)));
+  }
   Canvas canvas(chart.width, chart.height);
   const Frame frame{chart.title, chart.x_label, chart.y_label, tick_labels(y_axis), legend_width(names)};
   const Rect area = layout(canvas, frame, "plot_lines", path);
@@ -429,12 +467,12 @@ Rect plot_lines(const std::string& path, const LineChart& chart) {
     auto py = [&](size_t i) { return y_pixel(y_axis, area, series.y[i]); };
     for (size_t i = 0; i < n; ++i) {
       if (!point_ok(i)) continue;
-      if (point_ok(i + 1)) canvas.line(px(i), py(i), px(i + 1), py(i + 1), palette_color(s), kLineWidth);
+      if (point_ok(i + 1)) canvas.line(px(i), py(i), px(i + 1), py(i + 1), colors[s], kLineWidth);
       bool isolated = !point_ok(i + 1) && (i == 0 || !point_ok(i - 1));
-      if (markers || isolated) canvas.line(px(i), py(i), px(i), py(i), palette_color(s), 3 * kLineWidth);
+      if (markers || isolated) canvas.line(px(i), py(i), px(i), py(i), colors[s], 3 * kLineWidth);
     }
   }
-  return finish(canvas, area, frame, names, path);
+  return finish(canvas, area, frame, names, path, colors);
 }
 
 // ---- Bar chart --------------------------------------------------------------

@@ -8,12 +8,15 @@
 //   chart.series.push_back({"mha", steps, losses});
 //   plot_lines("loss.png", chart);
 //
-// Series i always gets palette_color(i), so the same model has the same colour
-// in every chart.  Text is stb_easy_font's ASCII bitmap font (other bytes print
-// as '?').  Bad inputs throw headroom::Error naming the chart and the problem;
-// files are written atomically (save_png), never half.
+// Series i gets palette_color(i) unless it names its own colour; compare gives
+// each attention method its method_color, so a method has one colour in every
+// chart whatever the order of --methods.  Titles too wide for the picture are
+// drawn smaller, and cut with "..." only when even the smallest font overflows.  Text is stb_easy_font's ASCII bitmap
+// font (other bytes print as '?').  Bad inputs throw headroom::Error naming the chart and the problem; files are
+// written atomically (save_png), never half.
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,11 @@ struct Color {
 
 // The qualitative palette (matplotlib's tab10), cycling after 10 colours.
 Color palette_color(size_t index);
+
+// The fixed colour of each method of compare: mha blue, moa orange, moh75
+// (and plain "moh") green, moh50 light green, mae red, mae-equal-updates light
+// red; nullopt for any other name.
+std::optional<Color> method_color(const std::string& method);
 
 // The heat-map colour map (viridis-like): t = 0 is dark purple, t = 1 yellow;
 // t is clamped to [0, 1].
@@ -76,6 +84,7 @@ class Canvas {
 struct LineSeries {
   std::string name;
   std::vector<double> x, y;
+  std::optional<Color> color = std::nullopt;  // unset: palette_color(index of the series)
 };
 struct LineChart {
   std::string title, x_label, y_label;

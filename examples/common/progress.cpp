@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <sstream>
 
@@ -81,6 +82,19 @@ std::string json_object(const std::vector<JsonField>& fields) {
   return out + "}";
 }
 
+std::string iso8601_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[40];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  char with_millis[48];
+  std::snprintf(with_millis, sizeof with_millis, "%s.%03dZ", text, static_cast<int>(millis));
+  return with_millis;
+}
+
 std::vector<std::vector<std::pair<std::string, double>>> read_jsonl_numbers(const std::string& path,
                                                                             const std::string& type) {
   std::istringstream in(read_regular_file(path, kMaxReadBytes, "jsonl"));
@@ -101,9 +115,14 @@ JsonlLog::JsonlLog(const std::string& path, int64_t keep_until_step) : path_(pat
     while (in && std::getline(in, line)) {
       auto numbers = parse_line(line).second;
       bool after = false;
-      for (const auto& [key, value] : numbers)
+      double elapsed = elapsed_before_;
+      for (const auto& [key, value] : numbers) {
         if (key == "step" && value > double(keep_until_step)) after = true;
-      if (!after) kept += line + "\n";
+        if (key == "elapsed_s") elapsed = value;
+      }
+      if (after) continue;
+      kept += line + "\n";
+      elapsed_before_ = elapsed;
     }
     write_file_atomically(path, kept, "jsonl");
   }
@@ -117,7 +136,11 @@ JsonlLog::~JsonlLog() {
 
 void JsonlLog::write(const std::vector<JsonField>& fields) {
   if (file_ == nullptr) return;
-  std::string line = json_object(fields) + "\n";
+  std::vector<JsonField> timed = fields;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_).count();
+  timed.emplace_back("time", iso8601_now());
+  timed.emplace_back("elapsed_s", elapsed_before_ + elapsed);
+  std::string line = json_object(timed) + "\n";
   HEADROOM_CHECK(std::fputs(line.c_str(), file_) >= 0 && std::fflush(file_) == 0, "[jsonl] cannot write ", path_);
 }
 

@@ -27,6 +27,12 @@ std::string json_object(const std::vector<JsonField>& fields);
 std::vector<std::vector<std::pair<std::string, double>>> read_jsonl_numbers(const std::string& path,
                                                                             const std::string& type);
 
+// The current wall time in ISO 8601, UTC, to the millisecond: "2025-01-31T14:05:09.123Z".
+std::string iso8601_now();
+
+// Every record ends with "time" (iso8601_now) and "elapsed_s", the seconds
+// since the log was opened; a resumed log goes on from the last kept
+// record's elapsed_s, so a run's time axis has no gap or restart.
 class JsonlLog {
  public:
   JsonlLog() = default;  // disabled: write() does nothing
@@ -42,6 +48,8 @@ class JsonlLog {
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
+  std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();
+  double elapsed_before_ = 0;  // elapsed_s of the last record kept on resume
 };
 
 class Progress {

@@ -1,5 +1,6 @@
 #include "headroom/examples/common/report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -10,6 +11,19 @@
 namespace headroom::examples {
 
 namespace {
+
+// "title: label", with the run folder's name when no label is given.
+std::string titled(const std::string& title, const std::string& run_dir, const std::string& label) {
+  if (!label.empty()) return title + ": " + label;
+  std::filesystem::path dir(run_dir);
+  if (dir.filename().empty()) dir = dir.parent_path();  // "runs/lm/" names "lm"
+  return title + ": " + dir.filename().string();
+}
+
+// "layer 3", or "encoder self layer 3" in an encoder-decoder.
+std::string layer_name(const std::string& stack, int64_t layer) {
+  return (stack.empty() ? "" : stack + " ") + "layer " + std::to_string(layer);
+}
 
 double field(const std::vector<std::pair<std::string, double>>& row, const std::string& name) {
   for (const auto& [key, value] : row)
@@ -51,19 +65,20 @@ std::vector<std::string> expert_names(int64_t experts) {
   return names;
 }
 
-void plot_load(const std::string& run_dir, const RoutingRecorder& recorder) {
+void plot_load(const std::string& run_dir, const RoutingRecorder& recorder, const std::string& label,
+               const std::string& stack) {
   std::vector<int64_t> layers = routed_layers(recorder);
   const int64_t experts = recorder.experts(layers.front());
   BarChart bars;
-  bars.title = "head / expert density per layer (share of tokens that use it)";
-  bars.x_label = "head / expert", bars.y_label = "density";
+  bars.title = titled("head / expert density per layer", run_dir, label);
+  bars.x_label = "head / expert", bars.y_label = "density (share of tokens that use it)";
   bars.categories = expert_names(experts);
   Heatmap heat;
-  heat.title = "density: layer x head / expert";
-  heat.row_label = "layer", heat.col_label = "head / expert";
+  heat.title = titled("density, layer x head / expert", run_dir, label);
+  heat.row_label = stack.empty() ? "layer" : stack + " layer", heat.col_label = "head / expert";
   heat.cols = bars.categories;
   for (int64_t l : layers) {
-    BarGroup group{"layer " + std::to_string(l), {}};
+    BarGroup group{layer_name(stack, l), {}};
     for (int64_t e = 0; e < experts; ++e) group.values.push_back(recorder.density(l, e));
     heat.rows.push_back(std::to_string(l));
     heat.values.push_back(group.values);
@@ -74,7 +89,8 @@ void plot_load(const std::string& run_dir, const RoutingRecorder& recorder) {
 }
 
 // Gate histograms summed over layers: shared vs routed heads (MoH), or all.
-void plot_gates(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads) {
+void plot_gates(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads,
+                const std::string& label) {
   std::vector<int64_t> layers = routed_layers(recorder);
   const size_t bins = recorder.histogram(layers.front(), 0).size();
   std::vector<double> shared(bins, 0), routed(bins, 0);
@@ -87,8 +103,8 @@ void plot_gates(const std::string& run_dir, const RoutingRecorder& recorder, int
     }
   }
   BarChart chart;
-  chart.title = "gate values (fraction of gates per bin, all layers)";
-  chart.x_label = "gate value (bin lower edge)", chart.y_label = "fraction";
+  chart.title = titled("gate values, all layers", run_dir, label);
+  chart.x_label = "gate value (bin lower edge)", chart.y_label = "fraction of gates";
   for (size_t b = 0; b < bins; ++b) {
     char edge[16];
     std::snprintf(edge, sizeof edge, "%.2g", max_gate * double(b) / double(bins));
@@ -105,32 +121,55 @@ void plot_gates(const std::string& run_dir, const RoutingRecorder& recorder, int
   plot_bars(run_dir + "/gates.png", chart);
 }
 
+bool ranks_tokens(const std::vector<std::pair<int32_t, double>>& top) {
+  return top.size() >= 2 && top.front().second - top.back().second > 1e-6;
+}
+
+// pmi.md when the top lists say something (pmi_tables_inform), with the
+// experts whose top tokens rank; otherwise no pmi.md (an old one is removed).
 void write_pmi_table(const std::string& run_dir, const RoutingRecorder& recorder,
-                     const std::function<std::string(int32_t)>& token_name) {
-  std::vector<std::vector<std::string>> rows;
+                     const std::function<std::string(int32_t)>& token_name, const std::string& stack) {
+  std::vector<std::vector<std::pair<int32_t, double>>> tops;
+  std::vector<std::pair<int64_t, int64_t>> owners;  // (layer, expert) of each list
   for (int64_t l : routed_layers(recorder))
     for (int64_t e = 0; e < recorder.experts(l); ++e) {
-      std::string tokens;
-      for (const auto& [token, pmi] : recorder.top_pmi(l, e, 8, 5)) {
-        char score[16];
-        std::snprintf(score, sizeof score, " (%.2f)", pmi);
-        tokens += (tokens.empty() ? "" : ", ") + token_name(token) + score;
-      }
-      rows.push_back({std::to_string(l), std::to_string(e), std::to_string(recorder.count(l, e)), tokens});
+      tops.push_back(recorder.top_pmi(l, e, 8, 5));
+      owners.emplace_back(l, e);
     }
-  write_file_atomically(run_dir + "/pmi.md",
-                        markdown_table({"layer", "expert", "assignments", "top tokens by PMI"}, rows), "report");
+  const std::string path = run_dir + "/pmi.md";
+  if (!pmi_tables_inform(tops)) {
+    std::filesystem::remove(path);
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < tops.size(); ++i) {
+    if (!ranks_tokens(tops[i])) continue;
+    const auto [l, e] = owners[i];
+    std::string tokens;
+    for (const auto& [token, pmi] : tops[i]) {
+      char score[16];
+      std::snprintf(score, sizeof score, " (%.2f)", pmi);
+      tokens += (tokens.empty() ? "" : ", ") + token_name(token) + score;
+    }
+    rows.push_back({layer_name(stack, l), std::to_string(e), std::to_string(recorder.count(l, e)), tokens});
+  }
+  write_file_atomically(path, markdown_table({"layer", "expert", "assignments", "top tokens by PMI"}, rows), "report");
 }
 
 }  // namespace
 
-void write_curve_plots(const std::string& run_dir, const std::string& metric) {
+bool pmi_tables_inform(const std::vector<std::vector<std::pair<int32_t, double>>>& top_lists) {
+  const auto ranked = std::count_if(top_lists.begin(), top_lists.end(), ranks_tokens);
+  return ranked > 0 && 2 * size_t(ranked) >= top_lists.size();
+}
+
+void write_curve_plots(const std::string& run_dir, const std::string& metric, const std::string& label) {
   const std::string log = run_dir + "/log.jsonl";
   if (!std::filesystem::exists(log)) return;
   auto train_rows = read_jsonl_numbers(log, "train"), eval_rows = read_jsonl_numbers(log, "eval");
   if (train_rows.empty()) return;
   LineChart loss;
-  loss.title = "loss", loss.x_label = "step", loss.y_label = "loss (nats)";
+  loss.title = titled("loss", run_dir, label), loss.x_label = "step", loss.y_label = "loss (nats)";
   LineSeries train = series_of("train", train_rows, "loss");
   loss.series = {train, moving_average(train, 50), series_of("validation", eval_rows, "loss")};
   if (loss.series.back().x.empty()) loss.series.pop_back();
@@ -138,23 +177,24 @@ void write_curve_plots(const std::string& run_dir, const std::string& metric) {
   LineSeries quality = series_of(metric, eval_rows, metric);
   if (quality.x.empty()) return;
   LineChart chart;
-  chart.title = "validation " + metric, chart.x_label = "step", chart.y_label = metric;
+  chart.title = titled("validation " + metric, run_dir, label), chart.x_label = "step", chart.y_label = metric;
   chart.series = {quality};
   plot_lines(run_dir + "/eval.png", chart);
 }
 
 void write_routing_report(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads,
-                          const std::function<std::string(int32_t)>& token_name) {
+                          const std::function<std::string(int32_t)>& token_name, const std::string& label,
+                          const std::string& stack) {
   if (routed_layers(recorder).empty()) return;
   recorder.write_json(run_dir + "/routing.json");
   recorder.write_csv(run_dir + "/routing.csv");
-  plot_load(run_dir, recorder);
-  plot_gates(run_dir, recorder, shared_heads);
-  write_pmi_table(run_dir, recorder, token_name);
+  plot_load(run_dir, recorder, label, stack);
+  plot_gates(run_dir, recorder, shared_heads, label);
+  write_pmi_table(run_dir, recorder, token_name, stack);
 }
 
 void write_class_routing_report(const std::string& run_dir, const std::vector<RoutingRecorder>& per_class,
-                                const std::vector<std::string>& class_names) {
+                                const std::vector<std::string>& class_names, const std::string& label) {
   if (per_class.empty() || routed_layers(per_class.front()).empty()) return;
   std::string csv = "class,layer,expert,density\n";
   for (size_t c = 0; c < per_class.size(); ++c)
@@ -165,7 +205,7 @@ void write_class_routing_report(const std::string& run_dir, const std::vector<Ro
   write_file_atomically(run_dir + "/routing_by_class.csv", csv, "report");
   const int64_t last = routed_layers(per_class.front()).back();
   BarChart chart;
-  chart.title = "density per head, layer " + std::to_string(last) + ", by class";
+  chart.title = titled("density per head, layer " + std::to_string(last) + ", by class", run_dir, label);
   chart.x_label = "head / expert", chart.y_label = "density";
   chart.categories = expert_names(per_class.front().experts(last));
   for (size_t c = 0; c < per_class.size(); ++c) {
