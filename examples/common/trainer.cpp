@@ -4,6 +4,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <sstream>
@@ -180,13 +181,6 @@ void save_checkpoint(TrainTask& task, const Optimization& optimization, const Tr
   save_safetensors(checkpoint_path(o.ckpt_dir), entries, metadata);
 }
 
-StringMap task_metadata(const StringMap& metadata) {
-  StringMap task;
-  for (const auto& [key, value] : metadata)
-    if (key.rfind("task.", 0) == 0) task[key.substr(5)] = value;
-  return task;
-}
-
 // A checkpoint that cannot be read names the one kept before it, if any.
 SafetensorsFile load_checkpoint_file(const std::string& dir) {
   try {
@@ -207,14 +201,17 @@ void check_steps_left(int64_t saved_step, const TrainOptions& o, const std::stri
                  "evaluate it");
 }
 
+void check_format(const StringMap& metadata, const std::string& path) {
+  HEADROOM_CHECK(metadata_entry(metadata, "format", path) == kFormat, "[train] ", path,
+                 " is not a headroom training checkpoint");
+}
+
 // Restores model, optimizer and generator; returns the step to continue from.
 int64_t resume_checkpoint(TrainTask& task, Optimization& optimization, const TrainOptions& o) {
   const std::string path = checkpoint_path(o.ckpt_dir);
   SafetensorsFile file = load_checkpoint_file(o.ckpt_dir);
   const StringMap& metadata = file.metadata;
-  HEADROOM_CHECK(metadata_entry(metadata, "format", path) == kFormat, "[train] ", path,
-                 " is not a headroom training checkpoint");
-  task.check_metadata(task_metadata(metadata));  // first: its message names the data
+  check_format(metadata, path);
   HEADROOM_CHECK(ModelConfig::from_checkpoint_metadata(metadata, path) == task.config(), "[train] checkpoint ", path,
                  " was made with another model config; start a new --ckpt directory or pass the same flags");
   const int64_t step = metadata_int(metadata, "train.step", path, 0, std::numeric_limits<int64_t>::max());
@@ -250,7 +247,7 @@ void log_eval(JsonlLog& log, int64_t step, const Metrics& metrics, bool quiet) {
   line << "eval @ " << step << ":";
   for (const auto& [name, value] : metrics) {
     fields.emplace_back(name, value);
-    line << " " << name << " " << value;
+    line << " " << name << " " << format_metric(name, value);
   }
   log.write(fields);
   if (!quiet) std::printf("%s\n", line.str().c_str());
@@ -350,6 +347,19 @@ class TrainingLoop {
 
 }  // namespace
 
+StringMap read_checkpoint_metadata(const std::string& ckpt_dir) {
+  StringMap metadata = load_checkpoint_file(ckpt_dir).metadata;
+  check_format(metadata, checkpoint_path(ckpt_dir));
+  return metadata;
+}
+
+StringMap task_metadata(const StringMap& metadata) {
+  StringMap task;
+  for (const auto& [key, value] : metadata)
+    if (key.rfind("task.", 0) == 0) task[key.substr(5)] = value;
+  return task;
+}
+
 std::string checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.safetensors"; }
 
 std::string previous_checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.prev.safetensors"; }
@@ -388,6 +398,20 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
   flags.add("tf32", &o.tf32, "CUDA: TF32 tensor-core matmuls (faster, less precise)");
 }
 
+void settle_train_options(const Flags& flags, TrainOptions& o) {
+  if (!flags.was_set("warmup")) o.warmup = std::min(o.warmup, o.steps / 10);
+  if (!flags.was_set("eval-every")) o.eval_every = std::min(o.eval_every, std::max<int64_t>(1, o.steps / 5));
+  const std::string steps = " --steps " + std::to_string(o.steps);
+  if (o.warmup >= o.steps)
+    throw UsageError("--warmup " + std::to_string(o.warmup) + " must be below" + steps +
+                     " (the cosine decay follows the warm-up)");
+  if (o.eval_every > o.steps)
+    throw UsageError("--eval-every " + std::to_string(o.eval_every) + " is past" + steps +
+                     ": the run would evaluate only at its end; pass --eval-every 0 for that");
+  if (o.resume && o.eval_only) throw UsageError("--resume and --eval-only exclude each other; pass one");
+  if ((o.resume || o.eval_only) && o.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
+}
+
 Device training_device(const std::string& name) {
   const Device device = Device::parse(name);
   if (device.is_cpu()) return device;
@@ -416,11 +440,20 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
   TrainResult result;
   if (o.resume || o.eval_only) result.first_step = resume_checkpoint(task, optimization, o);
   result.last_step = result.first_step;
+  if (o.resume && !o.quiet)
+    std::printf("resumed from step %lld of %lld (%s)\n", (long long)result.first_step, (long long)o.steps,
+                checkpoint_path(o.ckpt_dir).c_str());
   const bool logging = !o.ckpt_dir.empty() && !o.eval_only;
   if (logging) make_run_directory(o.ckpt_dir);
   JsonlLog log = logging ? JsonlLog(o.ckpt_dir + "/log.jsonl", o.resume ? result.first_step : 0) : JsonlLog();
   if (o.eval_only) {
+    // The evaluation's time and memory; throughput stays 0 (none): it is not training.
+    Backend& memory = backend(device);
+    memory.reset_peak_memory();
+    auto start = std::chrono::steady_clock::now();
     result.eval = evaluate(task);
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.peak_bytes = memory.memory_stats().peak_bytes;
     log_eval(log, result.first_step, result.eval, o.quiet);
     check_metrics(result.eval, result.first_step,
                   " in " + checkpoint_path(o.ckpt_dir) + " (--eval-only): this checkpoint does not evaluate finite");
