@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "headroom/core/grad_mode.h"
@@ -422,8 +423,40 @@ Device training_device(const std::string& name) {
   return device;
 }
 
+namespace {
+
+// Whether `--name` applies to this run, from the values of all flags: MAE's
+// BCD flags need an MAE model, sampling flags --generate, --tf32 a GPU, and
+// so on; a text flag left empty is not shown.  A flag a binary lacks reads
+// as empty.
+bool applies(const std::string& name, const std::map<std::string, std::string>& values) {
+  auto value = [&](const std::string& flag) {
+    auto found = values.find(flag);
+    return found == values.end() ? std::string() : found->second;
+  };
+  static const std::set<std::string> mae_flags{"gate-lr", "bcd-warm", "bcd-f", "bcd-g", "mae-joint"};
+  static const std::set<std::string> sampling_flags{"prompt", "temperature", "top-k"};
+  if (value(name).empty()) return false;  // an unset text flag (--attn-opt, --ckpt) says nothing
+  if (mae_flags.count(name))
+    return (value("attn") + "," + value("attn-set") + "," + value("methods")).find("mae") != std::string::npos;
+  if (sampling_flags.count(name)) return value("generate") != "0";
+  if (name == "tf32") return value("device") != "cpu";
+  if (name == "length-penalty") return value("beam") != "1";
+  if (name == "ckpt-every") return !value("ckpt").empty();
+  if (name == "resume" || name == "eval-only") return value(name) == "true";
+  if (name == "image-size" || name == "channels") return !value("images").empty();
+  if (name == "valid-images") return value("images").empty();
+  return true;
+}
+
+}  // namespace
+
 std::string run_config_table(const Flags& flags, const TrainOptions& options) {
-  std::vector<std::pair<std::string, std::string>> rows = flags.values();
+  const std::vector<std::pair<std::string, std::string>> all = flags.values();
+  const std::map<std::string, std::string> values(all.begin(), all.end());
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const auto& row : all)
+    if (applies(row.first, values)) rows.push_back(row);
   if (training_device(options.device).is_cuda()) rows.emplace_back("cuda", device_summary(Device::Kind::cuda));
   return config_table(rows);
 }

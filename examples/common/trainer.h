@@ -86,8 +86,10 @@ void settle_train_options(const Flags& flags, TrainOptions& options);
 // CUDA, or no device) or when N is not one of the devices.
 Device training_device(const std::string& name);
 
-// The table a binary prints first: its flags' values and, for a CUDA run, the
-// CUDA versions and devices.  Checks --device (training_device).
+// The table a binary prints first: the values of the flags that apply to
+// this run (no MAE flags on an MHA run, no sampling flags without
+// --generate, ...) and, for a CUDA run, the CUDA versions and devices.
+// Checks --device (training_device).
 std::string run_config_table(const Flags& flags, const TrainOptions& options);
 
 using Metrics = std::vector<std::pair<std::string, double>>;
