@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -154,9 +155,35 @@ std::vector<BadInput> shared_rows(const std::vector<std::string>& data) {
       {with({"--no-such-flag"}), 2, "unknown flag --no-such-flag"},
       {with({"--steps"}), 2, "--steps needs a value"},
       {with({"--device", "cuda:99999"}), 1, "cuda:99999"},
-      {with({"--steps", "5", "--warmup", "10"}), 1, "--warmup 10"},
       {with({"--resume"}), 1, "checkpoint.safetensors"},
   };
+}
+
+// Rows of the checks every training binary makes before it reads its data:
+// flag combinations, method and option names.  `fifo` is passed as the data,
+// so a row that got as far as reading it would fail with "is a FIFO" instead.
+std::vector<BadInput> early_rows(const std::vector<std::string>& fifo_data) {
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), fifo_data.begin(), fifo_data.end());
+    return args;
+  };
+  return {
+      {with({"--steps", "5", "--warmup", "10"}), 2, "--warmup 10 must be below --steps 5"},
+      {with({"--steps", "10", "--eval-every", "20"}), 2, "--eval-every 20 is past --steps 10"},
+      {with({"--resume", "--eval-only"}), 2, "--resume and --eval-only exclude each other"},
+      {with({"--attn", "mhaa"}), 2, "unknown attention type 'mhaa' (did you mean 'mha'? known: mha, moa, moh, mae)"},
+      {with({"--attn", "moh", "--attn-opt", "shared_head=1"}), 2, "(did you mean 'shared_heads'? known: "},
+      {with({"--attn-set", "layer.0.option.kv_head=1"}), 2, "mha attention has no option 'kv_head'"},
+  };
+}
+
+// Runs the early rows of `binary` and checks that each fails in well under a second.
+void check_early_rows(const std::string& binary, const std::vector<std::string>& fifo_data, const TempDir& dir) {
+  for (const BadInput& row : early_rows(fifo_data)) {
+    const auto start = std::chrono::steady_clock::now();
+    check_table(binary, {row}, dir);
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 0.5);
+  }
 }
 
 void append(std::vector<BadInput>& table, const std::vector<BadInput>& rows) {
@@ -188,7 +215,7 @@ std::vector<BadInput> lm_rows(const TempDir& dir) {
       {{"--data", "/dev/zero"}, 1, "/dev/zero is a character device"},
       {{"--data", folder}, 1, folder + " is a directory"},
       {{"--data", fifo}, 1, fifo + " is a FIFO"},
-      {{"--data", missing}, 1, missing},
+      {{"--data", missing}, 1, missing + " does not exist; scripts/fetch-data lm fetches the default data"},
       {{"--data", dir.file("latin1.txt")}, 1, "invalid UTF-8"},
   };
 }
@@ -200,6 +227,7 @@ TEST_CASE("bad inputs: train_lm exits 2 or 1 with a clear message for every bad 
   std::vector<BadInput> table = shared_rows({"--data", data.dir.file("text.txt")});
   append(table, lm_rows(data.dir));
   check_table("train_lm", table, data.dir);
+  check_early_rows("train_lm", {"--data", data.dir.file("fifo")}, data.dir);
 }
 
 TEST_CASE("bad inputs: train_mt exits 2 or 1 with a clear message for every bad flag and data file") {
@@ -225,13 +253,16 @@ TEST_CASE("bad inputs: train_mt exits 2 or 1 with a clear message for every bad 
                     {with({"--attn-opt", "kv_heads=1,kv_heads=2"}), 2, "the key 'kv_heads' twice"},
                     {{"--data", "/dev/zero"}, 1, "/dev/zero is a character device"},
                     {{"--data", fifo}, 1, fifo + " is a FIFO"},
-                    {{"--data", data.dir.file("missing.tsv")}, 1, "missing.tsv does not exist"},
+                    {{"--data", data.dir.file("missing.tsv")},
+                     1,
+                     "missing.tsv does not exist; scripts/fetch-data mt fetches the default data"},
                     {{"--data", data.dir.file("folder")}, 1, "no .mo files"},
                     {{"--data", data.dir.file("latin1.tsv")}, 1, "latin1.tsv:61: invalid UTF-8"},
                     {{"--data", data.dir.file("notab.tsv")}, 1, "notab.tsv:2: expected source<TAB>target"},
                     {{"--data", pairs, "--valid-pairs", "100000"}, 1, "valid 100000"},
                 });
   check_table("train_mt", table, data.dir);
+  check_early_rows("train_mt", {"--data", fifo}, data.dir);
 }
 
 TEST_CASE("bad inputs: train_vit exits 2 or 1 with a clear message for every bad flag and data set") {
@@ -257,11 +288,14 @@ TEST_CASE("bad inputs: train_vit exits 2 or 1 with a clear message for every bad
                     {{"--data", data.dir.file("fmdims")}, 1, "t10k-images-idx3-ubyte holds images of (1,10,10)"},
                     {{"--data", data.dir.file("fmfifo")}, 1, "train-images-idx3-ubyte is a FIFO"},
                     {{"--data", data.dir.file("fmzero")}, 1, "train-images-idx3-ubyte is a character device"},
-                    {{"--data", data.dir.file("missing")}, 1, "cannot open"},
+                    {{"--data", data.dir.file("missing")},
+                     1,
+                     "missing does not exist; scripts/fetch-data vit fetches the default data"},
                     {{"--images", data.dir.file("missing")}, 1, "missing: no such folder"},
                     {{"--images", data.dir.file("no-classes")}, 1, "no class subfolders"},
                 });
   check_table("train_vit", table, data.dir);
+  check_early_rows("train_vit", {"--data", data.dir.file("fmfifo")}, data.dir);
 }
 
 TEST_CASE("bad inputs: compare exits 2 or 1 with a clear message for every bad flag and data file") {
@@ -276,6 +310,7 @@ TEST_CASE("bad inputs: compare exits 2 or 1 with a clear message for every bad f
                     {{"--data", text, "--ckpt", "runs/x"}, 2, "--ckpt does not apply to compare"},
                     {{"--data", text, "--seeds", "0"}, 2, "--seeds"},
                     {{"--data", text, "--seeds", "1000000"}, 2, "--seeds"},
+                    {{"--data", text, "--steps", "5", "--warmup", "10"}, 1, "--warmup 10"},
                     {{"--data", text, "--methods", "mha,dense"}, 2, "unknown method 'dense'"},
                     {{"--data", text, "--methods", "mha,mha"}, 2, "'mha' twice"},
                     {{"--data", text, "--methods", ","}, 2, "--methods names no preset"},

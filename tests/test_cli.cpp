@@ -198,3 +198,65 @@ TEST_CASE("ModelOptions refuse sizes whose weights exceed the limit before anyth
   m.dim = 1 << 20;  // past the flag's range: refused before the product can overflow
   CHECK_THROWS_HEADROOM(m.config(), "must be at most 16384");
 }
+
+TEST_CASE("ModelOptions refuse a misspelt method or option, naming the nearest and the known ones") {
+  ModelOptions m;
+  m.attn = "mhaa";
+  CHECK_THROWS_HEADROOM(m.config(), "unknown attention type 'mhaa' (did you mean 'mha'? known: mha, moa, moh, mae)");
+  m.attn = "moh", m.attn_opt = "shared_head=2";
+  CHECK_THROWS_HEADROOM(m.config(), "moh attention has no option 'shared_head' (did you mean 'shared_heads'?");
+  m.attn_opt = "", m.attn_set = "layer.1.option.routed_kk=2";
+  CHECK_THROWS_HEADROOM(m.config(), "--attn-set layer.1.option.routed_kk=2: moh attention has no option 'routed_kk'");
+  m.attn_set = "layer.0.type=mha,layer.0.option.kv_heads=2";  // an MHA option on the layer that is MHA
+  CHECK(m.config().attention.resolve(0, AttentionRole::decoder_self).type == "mha");
+}
+
+TEST_CASE("nearest_name offers a known name only when it is a likely typo") {
+  const std::vector<std::string> known{"shared_heads", "routed_k", "kv_heads"};
+  CHECK(nearest_name("shared_head", known) == "shared_heads");
+  CHECK(nearest_name("routd_k", known) == "routed_k");
+  CHECK(nearest_name("temperature", known).empty());
+  CHECK(known_names_hint("xyz", {"a", "b"}) == " (known: a, b)");
+}
+
+TEST_CASE("the output formats: one per kind of value") {
+  CHECK(format_count(0) == "0");
+  CHECK(format_count(999) == "999");
+  CHECK(format_count(1234567) == "1,234,567");
+  CHECK(format_count(-1000) == "-1,000");
+  CHECK(format_si(843) == "843");
+  CHECK(format_si(12345) == "12.3k");
+  CHECK(format_si(4006020) == "4.01M");
+  CHECK(format_si(999.7) == "1k");
+  CHECK(format_mib(46093312) == "44.0 MiB");
+  CHECK(format_seconds(83.27) == "83.3 s");
+  CHECK(format_metric("loss", 2.61234) == "2.612");
+  CHECK(format_metric("loss", 5) == "5.000");
+  CHECK(format_metric("accuracy", 0.6848) == "68.48%");
+  CHECK(format_metric("test_bleu", 0.0580082) == "5.80");
+}
+
+TEST_CASE("settle_train_options derives --warmup and --eval-every from --steps and refuses bad combinations") {
+  auto settled = [](std::vector<std::string> args) {
+    Flags flags("test", "train flags");
+    TrainOptions o;
+    add_train_flags(flags, o);
+    args.insert(args.begin(), "test");
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    flags.parse(int(argv.size()), argv.data());
+    settle_train_options(flags, o);
+    return o;
+  };
+  TrainOptions o = settled({"--steps", "200"});
+  CHECK(o.warmup == 20);      // a tenth of the steps, below the default 100
+  CHECK(o.eval_every == 40);  // five evaluations, not one at 250
+  o = settled({"--steps", "5000"});
+  CHECK(o.warmup == 100);
+  CHECK(o.eval_every == 250);
+  CHECK(settled({"--steps", "200", "--warmup", "150"}).warmup == 150);  // given: kept
+  CHECK_THROWS_HEADROOM(settled({"--steps", "5", "--warmup", "10"}), "--warmup 10 must be below --steps 5");
+  CHECK_THROWS_HEADROOM(settled({"--steps", "10", "--eval-every", "20"}), "--eval-every 20 is past --steps 10");
+  CHECK_THROWS_HEADROOM(settled({"--resume", "--eval-only"}), "exclude each other");
+  CHECK_THROWS_HEADROOM(settled({"--eval-only", "--ckpt", ""}), "need --ckpt DIR");
+}

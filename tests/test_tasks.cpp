@@ -51,6 +51,51 @@ TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run direct
   CHECK_THROWS_HEADROOM(run_lm(LmOptions{dir.file("missing.txt")}, tiny_model("mha"), few_steps("")), "missing.txt");
 }
 
+// A parsed command line of the model flags, for ModelOptions::given.
+struct ModelCommandLine {
+  Flags flags{"test", "model flags"};
+  ModelOptions model;
+  explicit ModelCommandLine(std::vector<std::string> args) {
+    add_model_flags(flags, model);
+    args.insert(args.begin(), "test");
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    flags.parse(int(argv.size()), argv.data());
+  }
+};
+
+TEST_CASE("run_lm rebuilds the model from the checkpoint for --eval-only and --generate with no model flags") {
+  TempDir dir("task_lm_eval_only");
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "A line of text to train on, number " + std::to_string(i) + "\n";
+  dir.write("text.txt", text);
+  LmOptions lm;
+  lm.data = dir.file("text.txt"), lm.context = 16, lm.batch = 4, lm.eval_tokens = 256;
+  RunSummary trained = run_lm(lm, tiny_model("moh", "shared_heads=1,routed_k=2"), few_steps(dir.file("run")));
+  TrainOptions eval_only = few_steps(dir.file("run"));
+  eval_only.eval_only = true;
+  lm.generate = 8;
+  // ModelOptions{} holds other sizes and MHA: none was given, so the checkpoint's are used.
+  RunSummary evaluated = run_lm(lm, ModelOptions{}, eval_only);
+  CHECK(evaluated.parameters == trained.parameters);
+  CHECK(evaluated.attention == "moh");
+  CHECK(evaluated.metric("loss") == doctest::Approx(trained.metric("loss")));
+  // Evaluation has time and memory, and no training throughput to report.
+  CHECK(evaluated.eval_only);
+  CHECK(evaluated.items_per_second == 0);
+  CHECK(evaluated.peak_bytes > 0);
+  // A flag given on the command line that agrees is accepted; one that contradicts is refused.
+  CHECK(run_lm(lm, ModelCommandLine({"--dim", "16", "--attn", "moh"}).model, eval_only).steps == 4);
+  CHECK_THROWS_HEADROOM(run_lm(lm, ModelCommandLine({"--dim", "32"}).model, eval_only),
+                        "--dim 32 contradicts the checkpoint");
+  CHECK_THROWS_HEADROOM(run_lm(lm, ModelCommandLine({"--dim", "32"}).model, eval_only),
+                        "its model.dim is '16', the flag makes it '32'");
+  CHECK_THROWS_HEADROOM(run_lm(lm, ModelCommandLine({"--attn-opt", "routed_k=3"}).model, eval_only),
+                        "its attention.option.routed_k is '2', the flag makes it '3'");
+  CHECK_THROWS_HEADROOM(run_lm(lm, ModelCommandLine({"--layers", "2"}).model, eval_only),
+                        "model.decoder_layers is '1'");
+}
+
 TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes test translations") {
   TempDir dir("task_mt");
   const char* english[] = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"};
@@ -71,11 +116,15 @@ TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes 
   for (std::string line; std::getline(hypotheses, line);) ++lines;
   CHECK(lines == 10);
   CHECK(exists(dir.file("run/gates.png")));
-  // Resuming with another tokenizer (here: other --bpe-merges) is refused.
-  mt.bpe_merges = 20;
+  // Resuming rebuilds the model and the tokenizer from the checkpoint: no
+  // model flags, and --bpe-merges (which learning would follow) is not used.
+  mt.bpe_merges = 0;
   TrainOptions resume = few_steps(dir.file("run"));
   resume.resume = true, resume.steps = 6;
-  CHECK_THROWS_HEADROOM(run_mt(mt, tiny_model("mae"), resume), "tokenizer differs");
+  RunSummary resumed = run_mt(mt, ModelOptions{}, resume);
+  CHECK(resumed.steps == 6);
+  CHECK(resumed.parameters == s.parameters);
+  CHECK(resumed.attention == "mae");
 }
 
 TEST_CASE("run_vit trains on a folder of class subfolders and reports accuracy and the confusion matrix") {

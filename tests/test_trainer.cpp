@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 
+#include "headroom/examples/common/model_options.h"
 #include "headroom/examples/common/progress.h"
 #include "headroom/examples/common/run_summary.h"
 #include "headroom/headroom.h"
@@ -340,10 +341,34 @@ TEST_CASE("describe: a run stopped before its first evaluation says so instead o
   TrainResult result = train(task, o);
   REQUIRE(result.eval.empty());
   const std::string text = describe(summarize("lm", task.model(), task.config(), o, result, 1));
-  CHECK(text.find("step 2): not evaluated") != std::string::npos);
+  CHECK(text == "stopped at step 2, before the first evaluation\n");  // no empty "final (...)" line
 }
 
 TEST_CASE("json_object writes numbers, integers, strings and non-finite values") {
   CHECK(json_object({{"type", std::string("eval")}, {"step", int64_t(3)}, {"loss", 0.5}, {"bad", double(NAN)}}) ==
         R"({"type":"eval","step":3,"loss":0.5,"bad":"nan"})");
+}
+
+TEST_CASE("run_config_table lists only the flags that apply to the run") {
+  auto table = [](std::vector<std::string> args) {
+    Flags flags("test", "train and model flags");
+    TrainOptions o;
+    ModelOptions m;
+    add_model_flags(flags, m);
+    add_train_flags(flags, o);
+    args.insert(args.begin(), "test");
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    flags.parse(int(argv.size()), argv.data());
+    return run_config_table(flags, o);
+  };
+  const std::string mha = table({});
+  CHECK(mha.find("| steps | 1000 |") != std::string::npos);
+  for (const char* absent : {"| bcd-f |", "| gate-lr |", "| mae-joint |", "| tf32 |", "| resume |", "| eval-only |"})
+    CHECK_MESSAGE(mha.find(absent) == std::string::npos, absent);
+  CHECK(mha.find("| ckpt-every |") == std::string::npos);  // no --ckpt
+  CHECK(mha.find("| attn-opt |") == std::string::npos);    // empty
+  const std::string mae = table({"--attn", "mae", "--ckpt", "run", "--resume"});
+  for (const char* present : {"| bcd-f | 100 |", "| mae-joint | false |", "| ckpt-every | 500 |", "| resume | true |"})
+    CHECK_MESSAGE(mae.find(present) != std::string::npos, present);
 }

@@ -1,9 +1,13 @@
 #include "headroom/examples/common/cli.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <iterator>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <new>
 #include <sstream>
 #include <type_traits>
@@ -60,6 +64,25 @@ std::optional<double> parse_real(const std::string& text) {
   return value;
 }
 
+bool ends_with(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Levenshtein distance: insertions, deletions and substitutions of one byte.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
 }  // namespace
 
 std::optional<int64_t> parse_int64(const std::string& text) {
@@ -176,11 +199,15 @@ bool Flags::parse(int argc, char** argv) {
   return true;
 }
 
-bool Flags::was_set(const std::string& name) const {
+const Flags::Flag& Flags::declared(const std::string& name) const {
   for (const auto& flag : flags_)
-    if (flag.name == name) return flag.set;
+    if (flag.name == name) return flag;
   HEADROOM_FAIL("[Flags] no flag --", name, " was declared");
 }
+
+bool Flags::was_set(const std::string& name) const { return declared(name).set; }
+
+std::string Flags::value(const std::string& name) const { return declared(name).show(); }
 
 std::string Flags::usage() const {
   std::ostringstream out;
@@ -209,6 +236,69 @@ void check_product(const std::string& a_name, int64_t a, const std::string& b_na
   if (a > limit / b)
     throw UsageError(a_name + " (" + std::to_string(a) + ") times " + b_name + " (" + std::to_string(b) +
                      ") is over the limit of " + std::to_string(limit) + " " + what + "; lower one of them");
+}
+
+std::string format_count(int64_t count) {
+  std::string digits = std::to_string(count < 0 ? -count : count), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (count < 0 ? "-" : "") + out;
+}
+
+std::string format_si(double value) {
+  const char* const suffixes[] = {"", "k", "M", "G", "T"};
+  size_t power = 0;
+  while (std::fabs(value) >= 999.5 && power + 1 < std::size(suffixes)) value /= 1000, ++power;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g%s", value, suffixes[power]);
+  return text;
+}
+
+std::string format_mib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", double(bytes) / double(1 << 20));
+  return text;
+}
+
+std::string format_seconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", seconds);
+  return text;
+}
+
+std::string format_metric(const std::string& name, double value) {
+  char text[32];
+  if (ends_with(name, "accuracy")) std::snprintf(text, sizeof text, "%.2f%%", 100 * value);
+  else if (ends_with(name, "bleu")) std::snprintf(text, sizeof text, "%.2f", 100 * value);
+  else std::snprintf(text, sizeof text, "%#.4g", value);
+  return text;
+}
+
+std::string nearest_name(const std::string& got, const std::vector<std::string>& known) {
+  const size_t allowed = std::max<size_t>(1, got.size() / 3);
+  std::string nearest;
+  size_t best = allowed + 1;
+  for (const std::string& name : known) {
+    const size_t distance = edit_distance(got, name);
+    if (distance < best) best = distance, nearest = name;
+  }
+  return nearest;
+}
+
+std::string known_names_hint(const std::string& got, const std::vector<std::string>& known) {
+  std::string list;
+  for (const std::string& name : known) list += (list.empty() ? "" : ", ") + name;
+  const std::string nearest = nearest_name(got, known);
+  return " (" + (nearest.empty() ? "" : "did you mean '" + nearest + "'? ") + "known: " + list + ")";
+}
+
+void check_data_exists(const std::string& flag, const std::string& path, const std::string& fetch_part) {
+  std::error_code ignored;
+  HEADROOM_CHECK(std::filesystem::exists(path, ignored), "[data] ", flag, " ", path,
+                 " does not exist; scripts/fetch-data ", fetch_part, " fetches the default data, or pass ", flag,
+                 " with your own");
 }
 
 int run_main(const Flags& flags, const std::function<int()>& body) {

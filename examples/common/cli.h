@@ -63,6 +63,8 @@ class Flags {
   bool parse(int argc, char** argv);
   // True when `--name` appeared on the command line (not just its default).
   bool was_set(const std::string& name) const;
+  // The current value of `--name` as text (as the config table shows it).
+  std::string value(const std::string& name) const;
   std::string usage() const;
   // (name, current value) of every flag, in the order they were added.
   std::vector<std::pair<std::string, std::string>> values() const;
@@ -77,6 +79,7 @@ class Flags {
   template <typename T> void add_integer(const std::string& name, T* value, const std::string& help, Range<T> range);
   void add_flag(Flag flag);
   Flag* find(const std::string& name);
+  const Flag& declared(const std::string& name) const;  // throws for a flag never added
   std::string program_, summary_;
   std::vector<Flag> flags_;
 };
@@ -86,6 +89,30 @@ class Flags {
 // given ("--batch"); `what` is the product's unit ("tokens per batch").
 void check_product(const std::string& a_name, int64_t a, const std::string& b_name, int64_t b, int64_t limit,
                    const std::string& what);
+
+// The number formats of the binaries' output, one per kind of value:
+//   format_count(1234567) "1,234,567"      counts (parameters, steps, items)
+//   format_si(4006020)    "4.01M"          rates and MACs: 3 significant digits, k/M/G/T
+//   format_mib(46093312)  "44.0 MiB"       memory, one decimal
+//   format_seconds(83.27) "83.3 s"         durations, one decimal
+//   format_metric("loss", 2.61234) "2.612"  validation metrics: 4 significant digits (5 as "5.000"),
+//   format_metric("accuracy", 0.6848) "68.48%", format_metric("bleu", 0.058) "5.80" (BLEU ×100)
+std::string format_count(int64_t count);
+std::string format_si(double value);
+std::string format_mib(size_t bytes);
+std::string format_seconds(double seconds);
+std::string format_metric(const std::string& name, double value);
+
+// The known name nearest to `got` by edit distance, when it is close enough
+// to be a typo (at most a third of its letters, at least 1), else "".
+std::string nearest_name(const std::string& got, const std::vector<std::string>& known);
+// " (did you mean 'x'? known: a, b, c)" or " (known: a, b, c)", for an
+// unknown name's message.
+std::string known_names_hint(const std::string& got, const std::vector<std::string>& known);
+
+// Throws headroom::Error when `path` (the value of `flag`) does not exist,
+// saying which `scripts/fetch-data <part>` command fetches the default data.
+void check_data_exists(const std::string& flag, const std::string& path, const std::string& fetch_part);
 
 // Runs `body` with the error handling every binary shares: a UsageError
 // prints the message and the usage (exit 2), any other headroom::Error or

@@ -1,5 +1,6 @@
 #include "headroom/examples/common/lm_task.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -17,16 +18,24 @@ namespace {
 
 class LmTask : public ModelTask<DecoderLM> {
  public:
-  LmTask(const LmOptions& lm, const ModelConfig& config, uint64_t seed) : ModelTask(config, seed), lm_(lm) {
+  LmTask(const LmOptions& lm, const ModelSource& source, uint64_t seed) : ModelTask(source.config, seed), lm_(lm) {
+    // Evaluation windows, the prompt (64 bytes) and the sample need positions.
+    const int64_t positions = lm.context + lm.generate + 64;
+    if (source.from_checkpoint && positions > config_.max_len)
+      throw UsageError("--context " + std::to_string(lm.context) + " and --generate " + std::to_string(lm.generate) +
+                       " need " + std::to_string(positions) + " positions; the checkpoint's model has max_len " +
+                       std::to_string(config_.max_len));
     TextSplit split = split_text(read_text_file(lm.data), lm.valid_fraction);
     train_ids_ = tokenizer_.encode(split.train);
     valid_ids_ = tokenizer_.encode(split.valid);
     HEADROOM_CHECK(int64_t(train_ids_.size()) > lm.context + 1 && int64_t(valid_ids_.size()) > lm.context + 1,
                    "[train_lm] ", lm.data, " is too short for --context ", lm.context, ": ", train_ids_.size(),
                    " training and ", valid_ids_.size(), " validation bytes");
-    config_.vocab = tokenizer_.vocab_size();
-    config_.encoder_layers = 0;
-    config_.max_len = std::max<int64_t>(config_.max_len, lm.context + lm.generate + 64);
+    if (!source.from_checkpoint) {
+      config_.vocab = tokenizer_.vocab_size();
+      config_.encoder_layers = 0;
+      config_.max_len = std::max<int64_t>(config_.max_len, positions);
+    }
     build_model();
   }
 
@@ -114,9 +123,13 @@ void print_sample(LmTask& task, const LmOptions& lm, uint64_t seed) {
   Generator sampler(seed + 7);
   GenerateOptions options;
   options.max_new = lm.generate;
+  const auto start = std::chrono::steady_clock::now();
   Generated out = sample(task.typed_model(), Tensor::from_vector(prompt, {1, int64_t(prompt.size())}), lm.temperature,
                          lm.top_k, sampler, options);
-  std::printf("\n--- sample (temperature %g, top-k %lld) ---\n%s%s\n---\n", lm.temperature, (long long)lm.top_k,
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const size_t tokens = out.tokens[0].size();
+  std::printf("\n--- sample (temperature %g, top-k %lld; %zu tokens in %.2f s, %s tok/s) ---\n%s%s\n---\n",
+              lm.temperature, (long long)lm.top_k, tokens, seconds, format_si(double(tokens) / seconds).c_str(),
               lm.prompt.c_str(), task.tokenizer().decode(out.tokens[0]).c_str());
 }
 
@@ -139,11 +152,14 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
   HEADROOM_CHECK(lm.context > 0 && lm.batch > 0, "[train_lm] --context and --batch must be positive");
   check_product("--batch", lm.batch, "--context", lm.context, kMaxBatchTokens, "tokens per batch");
   if (lm.generate > 0 && lm.prompt.empty()) throw UsageError("--generate needs a non-empty --prompt");
-  LmTask task(lm, model_options.config(), o.seed);
-  std::printf("%s\n", task.typed_model().describe(lm.context).c_str());
+  check_data_exists("--data", lm.data, "lm");
+  LmTask task(lm, model_source(model_options, o), o.seed);
+  const double macs_per_token = double(task.typed_model().forward_macs(lm.context)) / double(lm.context);
+  std::printf("%s\n", model_summary(summarize("lm", task.model(), task.config(), o, {}, macs_per_token),
+                                    task.typed_model().describe(lm.context))
+                          .c_str());
   TrainResult result = train(task, o);
-  RunSummary summary = summarize("lm", task.model(), task.config(), o, result,
-                                 double(task.typed_model().forward_macs(lm.context)) / double(lm.context));
+  RunSummary summary = summarize("lm", task.model(), task.config(), o, result, macs_per_token);
   if (!o.ckpt_dir.empty() && !o.eval_only) {
     write_curve_plots(o.ckpt_dir, "bits_per_byte");
     if (task.config().attention.type != "mha")

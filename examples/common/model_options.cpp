@@ -1,11 +1,98 @@
 #include "headroom/examples/common/model_options.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "headroom/models/moa.h"
 #include "headroom/models/moh.h"
 
 namespace headroom::examples {
+
+namespace {
+
+// The option names of attention `type`, read off a small layer built with
+// its defaults; an unknown type throws UsageError naming the known ones.
+std::vector<std::string> option_names(const std::string& type) {
+  const std::vector<std::string> methods{"mha", "moa", "moh", "mae"};
+  if (std::find(methods.begin(), methods.end(), type) == methods.end())
+    throw UsageError("unknown attention type '" + type + "'" + known_names_hint(type, methods));
+  ModelConfig probe;
+  probe.dim = 16, probe.heads = 4, probe.attention.type = type;
+  Generator gen(0);
+  std::vector<std::string> names;
+  for (const auto& [name, value] :
+       attention_choice(*make_attention(probe, 0, AttentionRole::encoder_self, gen)).options)
+    names.push_back(name);
+  return names;
+}
+
+// Checks every method and option name the layers of `c` resolve to, before
+// any data is read: a misspelt one is refused with the nearest known name.
+void check_attention_names(const ModelConfig& c, const ModelOptions& m) {
+  std::map<std::string, std::vector<std::string>> names_of;  // per type, each probed once
+  const int64_t layers = std::max(c.encoder_layers, c.decoder_layers);
+  for (AttentionRole role : {AttentionRole::encoder_self, AttentionRole::decoder_self, AttentionRole::cross})
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      const AttentionChoice choice = c.attention.resolve(layer, role);
+      if (!names_of.count(choice.type)) names_of[choice.type] = option_names(choice.type);
+      const std::vector<std::string>& names = names_of[choice.type];
+      for (const auto& [key, value] : choice.options) {
+        if (std::find(names.begin(), names.end(), key) != names.end()) continue;
+        const std::string flag = c.attention.options.count(key) ? "--attn-opt" : "--attn-set";
+        throw UsageError(flag + " " + (flag == "--attn-opt" ? m.attn_opt : m.attn_set) + ": " + choice.type +
+                         " attention has no option '" + key + "'" + known_names_hint(key, names));
+      }
+    }
+}
+
+// How each model flag's value lands in a ModelConfig; --layers sets the
+// stacks the checkpoint's task uses (an LM has no encoder, a ViT no decoder).
+using ConfigEdit = std::function<void(ModelConfig&)>;
+std::vector<std::pair<std::string, ConfigEdit>> model_flag_edits(const ModelOptions& m) {
+  return {
+      {"attn", [&](ModelConfig& c) { c.attention.type = m.attn; }},
+      {"attn-opt",
+       [&](ModelConfig& c) {
+         for (const auto& [key, value] : parse_options(m.attn_opt, "--attn-opt")) c.attention.options[key] = value;
+       }},
+      {"attn-set",
+       [&](ModelConfig& c) {
+         for (const auto& [key, value] : parse_options(m.attn_set, "--attn-set")) c.attention.set(key, value);
+       }},
+      {"dim", [&](ModelConfig& c) { c.dim = m.dim; }},
+      {"heads", [&](ModelConfig& c) { c.heads = m.heads; }},
+      {"layers",
+       [&](ModelConfig& c) {
+         if (c.encoder_layers > 0) c.encoder_layers = m.layers;
+         if (c.decoder_layers > 0) c.decoder_layers = m.layers;
+       }},
+      {"ffn", [&](ModelConfig& c) { c.ffn_hidden = m.ffn; }},
+      {"dropout", [&](ModelConfig& c) { c.dropout = m.dropout; }},
+  };
+}
+
+// Refuses each given model flag that would change a field of the saved config.
+void check_flags_agree(const ModelOptions& m, const ModelConfig& saved, const std::string& path) {
+  const StringMap saved_fields = saved.to_metadata();
+  for (const auto& [flag, edit] : model_flag_edits(m)) {
+    if (!m.given(flag)) continue;
+    ModelConfig edited = saved;
+    edit(edited);
+    for (const auto& [field, value] : edited.to_metadata()) {
+      auto found = saved_fields.find(field);
+      if (found != saved_fields.end() && found->second == value) continue;
+      const std::string saved_value = found == saved_fields.end() ? "unset (the default)" : "'" + found->second + "'";
+      throw UsageError("--" + flag + " " + m.flags->value(flag) + " contradicts the checkpoint " + path + ": its " +
+                       field + " is " + saved_value + ", the flag makes it '" + value +
+                       "'; the checkpoint sets the model, so drop the flag (or start a new --ckpt directory)");
+    }
+  }
+}
+
+}  // namespace
 
 ModelConfig ModelOptions::config() const {
   HEADROOM_CHECK(dim > 0 && heads > 0 && layers > 0 && ffn > 0 && dim % heads == 0,
@@ -27,10 +114,22 @@ ModelConfig ModelOptions::config() const {
   c.attention.type = attn;
   c.attention.options = parse_options(attn_opt, "--attn-opt");
   for (const auto& [key, value] : parse_options(attn_set, "--attn-set")) c.attention.set(key, value);
+  check_attention_names(c, *this);
   return c;
 }
 
+ModelSource model_source(const ModelOptions& m, const TrainOptions& train) {
+  if (!train.resume && !train.eval_only) return {m.config(), {}, false};
+  if (train.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
+  const std::string path = checkpoint_path(train.ckpt_dir);
+  const StringMap metadata = read_checkpoint_metadata(train.ckpt_dir);
+  ModelSource source{ModelConfig::from_checkpoint_metadata(metadata, path), task_metadata(metadata), true};
+  check_flags_agree(m, source.config, path);
+  return source;
+}
+
 void add_model_flags(Flags& flags, ModelOptions& m) {
+  m.flags = &flags;
   flags.add("attn", &m.attn, "attention: mha | moa | moh | mae");
   flags.add("attn-opt", &m.attn_opt, "the method's options, key=value,... (e.g. shared_heads=2,routed_k=4)");
   flags.add("attn-set", &m.attn_set,

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "headroom/examples/common/cli.h"
+#include "headroom/examples/common/trainer.h"
 #include "headroom/models/config.h"
 
 namespace headroom::examples {
@@ -33,6 +34,10 @@ struct ModelOptions {
   std::string attn_set;  // "<AttentionSpec::set key>=value,..."
   int64_t dim = 128, heads = 8, layers = 4, ffn = 512;
   double dropout = 0.1;
+  // The command line's flags (add_model_flags sets it), to tell a flag given
+  // from a default; null: none given (a run built in code).
+  const Flags* flags = nullptr;
+  bool given(const std::string& flag) const { return flags != nullptr && flags->was_set(flag); }
   // The transformer part of a ModelConfig (pre-LN, GELU, sinusoidal positions,
   // attention spec); layers go to encoder and decoder alike, the task keeps
   // the stacks it uses.  Throws UsageError for sizes whose weights exceed
@@ -41,6 +46,20 @@ struct ModelOptions {
 };
 
 void add_model_flags(Flags& flags, ModelOptions& options);
+
+// Where a run's model comes from.  For --resume and --eval-only the
+// checkpoint is the source of truth: its config and task entries (e.g. the
+// tokenizer) rebuild the model with no model flags typed again.
+struct ModelSource {
+  ModelConfig config;       // the flags' (ModelOptions::config) or the checkpoint's
+  StringMap task_metadata;  // the checkpoint's task entries; empty for a new run
+  bool from_checkpoint = false;
+};
+
+// The checkpoint's config for --resume and --eval-only, else the flags'.
+// A model flag given on the command line that contradicts the checkpoint
+// throws UsageError naming the flag, the checkpoint's field and both values.
+ModelSource model_source(const ModelOptions& options, const TrainOptions& train);
 
 // "a=1,b=x" -> {a: 1, b: x}; throws UsageError naming `flag` on an entry
 // without '=' and on a key given twice.

@@ -33,35 +33,34 @@ std::pair<Tensor, Tensor> pad_rows(const std::vector<std::vector<int32_t>>& rows
 }
 
 SentencePairs load_pairs(const MtOptions& mt) {
-  HEADROOM_CHECK(std::filesystem::exists(mt.data), "[train_mt] ", mt.data,
-                 " does not exist; run scripts/fetch-data for the default corpus or pass --data FILE.tsv");
   SentencePairs raw = std::filesystem::is_directory(mt.data) ? read_mo_dir(mt.data) : read_tsv(mt.data);
   return clean_pairs(raw, size_t(mt.max_bytes));
 }
 
 class MtTask : public ModelTask<EncoderDecoder> {
  public:
-  MtTask(const MtOptions& mt, const ModelConfig& config, uint64_t seed) : ModelTask(config, seed), mt_(mt) {
+  MtTask(const MtOptions& mt, const ModelSource& source, uint64_t seed) : ModelTask(source.config, seed), mt_(mt) {
+    const int64_t positions = 2 * mt.max_tokens + 16;  // a source or target and its decode
+    if (source.from_checkpoint && positions > config_.max_len)
+      throw UsageError("--max-tokens " + std::to_string(mt.max_tokens) + " needs " + std::to_string(positions) +
+                       " positions; the checkpoint's model has max_len " + std::to_string(config_.max_len));
     split_ = split_pairs(load_pairs(mt), size_t(mt.valid_pairs), size_t(mt.test_pairs));
-    tokenizer_ = learn_tokenizer(split_.train, mt.bpe_merges);
+    tokenizer_ =
+        source.from_checkpoint ? saved_tokenizer(source.task_metadata) : learn_tokenizer(split_.train, mt.bpe_merges);
     train_ = encode(split_.train);
     valid_ = encode(split_.valid);
     HEADROOM_CHECK(!train_.empty() && !valid_.empty() && !split_.test.empty(), "[train_mt] ", mt.data, " left ",
                    train_.size(), " training, ", valid_.size(), " validation and ", split_.test.size(),
                    " test pairs after cleaning; need some of each");
-    config_.vocab = tokenizer_.vocab_size();
-    config_.max_len = std::max<int64_t>(config_.max_len, 2 * mt.max_tokens + 16);
+    if (!source.from_checkpoint) {
+      config_.vocab = tokenizer_.vocab_size();
+      config_.max_len = std::max<int64_t>(config_.max_len, positions);
+    }
     build_model();
   }
 
   std::string unit() const override { return "tok"; }
   StringMap metadata() const override { return {{"tokenizer", tokenizer_.to_text()}}; }
-  void check_metadata(const StringMap& metadata) const override {
-    auto saved = metadata.find("tokenizer");
-    HEADROOM_CHECK(saved != metadata.end() && saved->second == tokenizer_.to_text(),
-                   "[train_mt] the checkpoint's tokenizer differs from the one learned on ", mt_.data,
-                   " (different data or --bpe-merges?)");
-  }
   const ParallelSplit& split() const { return split_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
 
@@ -197,6 +196,13 @@ class MtTask : public ModelTask<EncoderDecoder> {
     return out;
   }
 
+  // The tokenizer a checkpoint was trained with.
+  static Tokenizer saved_tokenizer(const StringMap& task_metadata) {
+    auto saved = task_metadata.find("tokenizer");
+    HEADROOM_CHECK(saved != task_metadata.end(), "[train_mt] the checkpoint has no task.tokenizer entry");
+    return Tokenizer::from_text(saved->second);
+  }
+
   static Tokenizer learn_tokenizer(const SentencePairs& pairs, int64_t merges) {
     if (merges == 0) return Tokenizer();
     std::vector<std::string> texts;
@@ -252,18 +258,23 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
   HEADROOM_CHECK(mt.batch > 0 && mt.max_tokens > 0 && mt.beam > 0,
                  "[train_mt] --batch, --max-tokens and --beam must be positive");
   check_product("--batch", mt.batch, "--max-tokens", mt.max_tokens, kMaxBatchTokens, "tokens per batch");
-  MtTask task(mt, model_options.config(), o.seed);
-  std::printf("data: %zu train / %zu valid / %zu test pairs, vocabulary %lld (%lld BPE merges)\n",
-              task.split().train.size(), task.split().valid.size(), task.split().test.size(),
-              (long long)task.tokenizer().vocab_size(), (long long)task.tokenizer().merge_count());
-  std::printf("%s\n", task.typed_model().describe(32, 32).c_str());
+  check_data_exists("--data", mt.data, "mt");
+  MtTask task(mt, model_source(model_options, o), o.seed);
+  const ParallelSplit& split = task.split();
+  std::printf("data: %s train / %s valid / %s test pairs, vocabulary %s (%s BPE merges)\n",
+              format_count(int64_t(split.train.size())).c_str(), format_count(int64_t(split.valid.size())).c_str(),
+              format_count(int64_t(split.test.size())).c_str(), format_count(task.tokenizer().vocab_size()).c_str(),
+              format_count(task.tokenizer().merge_count()).c_str());
+  const int64_t length = 32;  // MACs per target token at a typical source and target length
+  const double macs_per_token = double(task.typed_model().forward_macs(length, length)) / double(length);
+  std::printf("%s\n", model_summary(summarize("mt", task.model(), task.config(), o, {}, macs_per_token),
+                                    task.typed_model().describe(length, length))
+                          .c_str());
   TrainResult result = train(task, o);
   BleuScore test = test_translations(task, o.eval_only ? "" : o.ckpt_dir);
   std::printf("test: %s\n", test.to_string().c_str());
   result.eval.emplace_back("test_bleu", test.score);
-  const int64_t length = 32;  // MACs per target token at a typical source and target length
-  RunSummary summary = summarize("mt", task.model(), task.config(), o, result,
-                                 double(task.typed_model().forward_macs(length, length)) / double(length));
+  RunSummary summary = summarize("mt", task.model(), task.config(), o, result, macs_per_token);
   if (!o.ckpt_dir.empty() && !o.eval_only) {
     write_curve_plots(o.ckpt_dir, "bleu");
     if (task.config().attention.type != "mha")

@@ -31,13 +31,14 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
   s.seconds = result.seconds;
   s.steps = result.last_step;
   s.interrupted = result.interrupted;
+  s.eval_only = options.eval_only;
   return s;
 }
 
-int training_main(Flags& flags, const TrainOptions& options, int argc, char** argv,
-                  const std::function<RunSummary()>& run) {
+int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, const std::function<RunSummary()>& run) {
   return run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
+    settle_train_options(flags, options);
     if (options.threads > 0) set_num_threads(options.threads);
     std::printf("%s\n", run_config_table(flags, options).c_str());
     RunSummary summary = run();
@@ -46,15 +47,28 @@ int training_main(Flags& flags, const TrainOptions& options, int argc, char** ar
   });
 }
 
+std::string model_summary(const RunSummary& s, const std::string& layers) {
+  const char* item = s.task == "vit" ? "image" : "token";
+  std::ostringstream out;
+  out << "model: " << s.attention << (s.options.empty() ? "" : " " + s.options) << " | parameters "
+      << format_count(s.parameters) << " | MACs/" << item << " " << format_si(s.macs_per_item) << " | active heads "
+      << format_metric("accuracy", s.active_heads) << "\n"
+      << layers;
+  return out.str();
+}
+
 std::string describe(const RunSummary& s) {
   std::ostringstream out;
+  if (s.eval.empty()) {
+    out << "stopped at step " << format_count(s.steps) << ", before the first evaluation\n";
+    return out.str();
+  }
   out << "final (" << s.task << ", " << s.attention << (s.options.empty() ? "" : " " + s.options) << ", step "
-      << s.steps << "):";
-  for (const auto& [name, value] : s.eval) out << " " << name << " " << value;
-  if (s.eval.empty()) out << " not evaluated (stopped before the first evaluation)";
-  out << "\nparameters " << s.parameters << " | MACs/" << (s.task == "vit" ? "image " : "token ") << s.macs_per_item
-      << " | active heads " << 100 * s.active_heads << "% | " << s.items_per_second
-      << (s.task == "vit" ? " img/s" : " tok/s") << " | peak memory " << double(s.peak_bytes) / (1 << 20) << " MiB\n";
+      << format_count(s.steps) << "):";
+  for (const auto& [name, value] : s.eval) out << " " << name << " " << format_metric(name, value);
+  out << "\n" << (s.eval_only ? "evaluation " : "training ") << format_seconds(s.seconds);
+  if (!s.eval_only) out << " | " << format_si(s.items_per_second) << (s.task == "vit" ? " img/s" : " tok/s");
+  out << " | peak memory " << format_mib(s.peak_bytes) << "\n";
   return out.str();
 }
 

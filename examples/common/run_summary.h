@@ -26,6 +26,7 @@ struct RunSummary {
   double seconds = 0;
   int64_t steps = 0;
   bool interrupted = false;                      // stopped by Ctrl-C (the binaries then exit with 130)
+  bool eval_only = false;                        // --eval-only: seconds and peak_bytes are the evaluation's
   double metric(const std::string& name) const;  // throws when absent
 };
 
@@ -34,13 +35,19 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
                      const TrainOptions& options, const TrainResult& result, double macs_per_item);
 
 // main() of a training binary once its flags are declared: parses them,
-// sets the thread count, prints the config table, runs, prints the summary.
+// settles the train flags (settle_train_options), sets the thread count,
+// prints the config table, runs, prints the summary.
 // Exit status: 0, 130 after Ctrl-C, 2 for bad flags (with the usage), 1 for errors.
-int training_main(Flags& flags, const TrainOptions& options, int argc, char** argv,
-                  const std::function<RunSummary()>& run);
+int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, const std::function<RunSummary()>& run);
 
-// Human-readable lines: the final metrics (or that there were none: a run
-// stopped by Ctrl-C before its first evaluation), size, speed and memory.
+// The lines a run prints before training: method, parameters, MACs per
+// item and active heads, then `layers` (the model's describe(): attention
+// per layer).
+std::string model_summary(const RunSummary& summary, const std::string& layers);
+
+// The lines a run prints at its end: the final metrics and the time, speed
+// and memory of training (of the evaluation for --eval-only, which has no
+// speed); a run stopped by Ctrl-C before its first evaluation says so.
 std::string describe(const RunSummary& summary);
 
 }  // namespace headroom::examples

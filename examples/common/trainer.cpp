@@ -4,8 +4,10 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "headroom/core/grad_mode.h"
@@ -180,13 +182,6 @@ void save_checkpoint(TrainTask& task, const Optimization& optimization, const Tr
   save_safetensors(checkpoint_path(o.ckpt_dir), entries, metadata);
 }
 
-StringMap task_metadata(const StringMap& metadata) {
-  StringMap task;
-  for (const auto& [key, value] : metadata)
-    if (key.rfind("task.", 0) == 0) task[key.substr(5)] = value;
-  return task;
-}
-
 // A checkpoint that cannot be read names the one kept before it, if any.
 SafetensorsFile load_checkpoint_file(const std::string& dir) {
   try {
@@ -207,14 +202,17 @@ void check_steps_left(int64_t saved_step, const TrainOptions& o, const std::stri
                  "evaluate it");
 }
 
+void check_format(const StringMap& metadata, const std::string& path) {
+  HEADROOM_CHECK(metadata_entry(metadata, "format", path) == kFormat, "[train] ", path,
+                 " is not a headroom training checkpoint");
+}
+
 // Restores model, optimizer and generator; returns the step to continue from.
 int64_t resume_checkpoint(TrainTask& task, Optimization& optimization, const TrainOptions& o) {
   const std::string path = checkpoint_path(o.ckpt_dir);
   SafetensorsFile file = load_checkpoint_file(o.ckpt_dir);
   const StringMap& metadata = file.metadata;
-  HEADROOM_CHECK(metadata_entry(metadata, "format", path) == kFormat, "[train] ", path,
-                 " is not a headroom training checkpoint");
-  task.check_metadata(task_metadata(metadata));  // first: its message names the data
+  check_format(metadata, path);
   HEADROOM_CHECK(ModelConfig::from_checkpoint_metadata(metadata, path) == task.config(), "[train] checkpoint ", path,
                  " was made with another model config; start a new --ckpt directory or pass the same flags");
   const int64_t step = metadata_int(metadata, "train.step", path, 0, std::numeric_limits<int64_t>::max());
@@ -250,7 +248,7 @@ void log_eval(JsonlLog& log, int64_t step, const Metrics& metrics, bool quiet) {
   line << "eval @ " << step << ":";
   for (const auto& [name, value] : metrics) {
     fields.emplace_back(name, value);
-    line << " " << name << " " << value;
+    line << " " << name << " " << format_metric(name, value);
   }
   log.write(fields);
   if (!quiet) std::printf("%s\n", line.str().c_str());
@@ -350,6 +348,19 @@ class TrainingLoop {
 
 }  // namespace
 
+StringMap read_checkpoint_metadata(const std::string& ckpt_dir) {
+  StringMap metadata = load_checkpoint_file(ckpt_dir).metadata;
+  check_format(metadata, checkpoint_path(ckpt_dir));
+  return metadata;
+}
+
+StringMap task_metadata(const StringMap& metadata) {
+  StringMap task;
+  for (const auto& [key, value] : metadata)
+    if (key.rfind("task.", 0) == 0) task[key.substr(5)] = value;
+  return task;
+}
+
 std::string checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.safetensors"; }
 
 std::string previous_checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.prev.safetensors"; }
@@ -388,6 +399,20 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
   flags.add("tf32", &o.tf32, "CUDA: TF32 tensor-core matmuls (faster, less precise)");
 }
 
+void settle_train_options(const Flags& flags, TrainOptions& o) {
+  if (!flags.was_set("warmup")) o.warmup = std::min(o.warmup, o.steps / 10);
+  if (!flags.was_set("eval-every")) o.eval_every = std::min(o.eval_every, std::max<int64_t>(1, o.steps / 5));
+  const std::string steps = " --steps " + std::to_string(o.steps);
+  if (o.warmup >= o.steps)
+    throw UsageError("--warmup " + std::to_string(o.warmup) + " must be below" + steps +
+                     " (the cosine decay follows the warm-up)");
+  if (o.eval_every > o.steps)
+    throw UsageError("--eval-every " + std::to_string(o.eval_every) + " is past" + steps +
+                     ": the run would evaluate only at its end; pass --eval-every 0 for that");
+  if (o.resume && o.eval_only) throw UsageError("--resume and --eval-only exclude each other; pass one");
+  if ((o.resume || o.eval_only) && o.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
+}
+
 Device training_device(const std::string& name) {
   const Device device = Device::parse(name);
   if (device.is_cpu()) return device;
@@ -398,8 +423,40 @@ Device training_device(const std::string& name) {
   return device;
 }
 
+namespace {
+
+// Whether `--name` applies to this run, from the values of all flags: MAE's
+// BCD flags need an MAE model, sampling flags --generate, --tf32 a GPU, and
+// so on; a text flag left empty is not shown.  A flag a binary lacks reads
+// as empty.
+bool applies(const std::string& name, const std::map<std::string, std::string>& values) {
+  auto value = [&](const std::string& flag) {
+    auto found = values.find(flag);
+    return found == values.end() ? std::string() : found->second;
+  };
+  static const std::set<std::string> mae_flags{"gate-lr", "bcd-warm", "bcd-f", "bcd-g", "mae-joint"};
+  static const std::set<std::string> sampling_flags{"prompt", "temperature", "top-k"};
+  if (value(name).empty()) return false;  // an unset text flag (--attn-opt, --ckpt) says nothing
+  if (mae_flags.count(name))
+    return (value("attn") + "," + value("attn-set") + "," + value("methods")).find("mae") != std::string::npos;
+  if (sampling_flags.count(name)) return value("generate") != "0";
+  if (name == "tf32") return value("device") != "cpu";
+  if (name == "length-penalty") return value("beam") != "1";
+  if (name == "ckpt-every") return !value("ckpt").empty();
+  if (name == "resume" || name == "eval-only") return value(name) == "true";
+  if (name == "image-size" || name == "channels") return !value("images").empty();
+  if (name == "valid-images") return value("images").empty();
+  return true;
+}
+
+}  // namespace
+
 std::string run_config_table(const Flags& flags, const TrainOptions& options) {
-  std::vector<std::pair<std::string, std::string>> rows = flags.values();
+  const std::vector<std::pair<std::string, std::string>> all = flags.values();
+  const std::map<std::string, std::string> values(all.begin(), all.end());
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const auto& row : all)
+    if (applies(row.first, values)) rows.push_back(row);
   if (training_device(options.device).is_cuda()) rows.emplace_back("cuda", device_summary(Device::Kind::cuda));
   return config_table(rows);
 }
@@ -416,11 +473,20 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
   TrainResult result;
   if (o.resume || o.eval_only) result.first_step = resume_checkpoint(task, optimization, o);
   result.last_step = result.first_step;
+  if (o.resume && !o.quiet)
+    std::printf("resumed from step %lld of %lld (%s)\n", (long long)result.first_step, (long long)o.steps,
+                checkpoint_path(o.ckpt_dir).c_str());
   const bool logging = !o.ckpt_dir.empty() && !o.eval_only;
   if (logging) make_run_directory(o.ckpt_dir);
   JsonlLog log = logging ? JsonlLog(o.ckpt_dir + "/log.jsonl", o.resume ? result.first_step : 0) : JsonlLog();
   if (o.eval_only) {
+    // The evaluation's time and memory; throughput stays 0 (none): it is not training.
+    Backend& memory = backend(device);
+    memory.reset_peak_memory();
+    auto start = std::chrono::steady_clock::now();
     result.eval = evaluate(task);
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.peak_bytes = memory.memory_stats().peak_bytes;
     log_eval(log, result.first_step, result.eval, o.quiet);
     check_metrics(result.eval, result.first_step,
                   " in " + checkpoint_path(o.ckpt_dir) + " (--eval-only): this checkpoint does not evaluate finite");

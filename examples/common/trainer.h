@@ -73,13 +73,23 @@ struct TrainOptions {
 // --ckpt --resume --eval-only --seed --threads --device --tf32.
 void add_train_flags(Flags& flags, TrainOptions& options);
 
+// Checks the train flags' combinations once they are parsed, before any
+// data is read, and derives the defaults that depend on --steps: --warmup
+// (at most a tenth of the steps) and --eval-every (at least five
+// evaluations) when not given.  Throws UsageError for --warmup at or past
+// --steps, --eval-every past --steps, --resume with --eval-only, and either
+// without --ckpt.
+void settle_train_options(const Flags& flags, TrainOptions& options);
+
 // The device --device names: "cpu", "cuda" or "cuda:N".  Throws when CUDA is
 // not available (the message gives cuda::version_string(): built without
 // CUDA, or no device) or when N is not one of the devices.
 Device training_device(const std::string& name);
 
-// The table a binary prints first: its flags' values and, for a CUDA run, the
-// CUDA versions and devices.  Checks --device (training_device).
+// The table a binary prints first: the values of the flags that apply to
+// this run (no MAE flags on an MHA run, no sampling flags without
+// --generate, ...) and, for a CUDA run, the CUDA versions and devices.
+// Checks --device (training_device).
 std::string run_config_table(const Flags& flags, const TrainOptions& options);
 
 using Metrics = std::vector<std::pair<std::string, double>>;
@@ -103,9 +113,9 @@ class TrainTask {
   virtual StepOutput step(int64_t step) = 0;
   // Validation metrics, "loss" first; called in eval mode under NoGradGuard.
   virtual Metrics evaluate() = 0;
-  // Extra checkpoint metadata (e.g. the tokenizer) and its check on resume.
+  // Extra checkpoint metadata (e.g. the tokenizer), which model_source hands
+  // back to the task that resumes or evaluates the checkpoint.
   virtual StringMap metadata() const { return {}; }
-  virtual void check_metadata(const StringMap& metadata) const {}
   virtual std::string unit() const = 0;  // "tok" or "img"
 };
 
@@ -137,9 +147,9 @@ struct TrainResult {
   bool interrupted = false;               // stopped by Ctrl-C (a checkpoint was written when --ckpt)
   Metrics eval;                           // the last evaluation (none before the first)
   std::vector<double> train_loss;         // task loss of every step run in this call
-  double items_per_second = 0;            // training throughput of this call
+  double items_per_second = 0;            // training throughput of this call (0 for --eval-only)
   double seconds = 0;
-  size_t peak_bytes = 0;  // peak tensor memory during training, on the run's device
+  size_t peak_bytes = 0;  // peak tensor memory of training (--eval-only: evaluation), on the run's device
 };
 
 // Moves the task's model to options.device first (its optimizer state lives
@@ -153,6 +163,12 @@ TrainResult train(TrainTask& task, const TrainOptions& options);
 // The checkpoint file of a run directory, and the one it replaced.
 std::string checkpoint_path(const std::string& ckpt_dir);
 std::string previous_checkpoint_path(const std::string& ckpt_dir);
+
+// The metadata of DIR/checkpoint.safetensors (checked to be a training
+// checkpoint): the model config, "task."-prefixed task entries, "train." entries.
+StringMap read_checkpoint_metadata(const std::string& ckpt_dir);
+// The task's own entries of a checkpoint's metadata, without their "task." prefix.
+StringMap task_metadata(const StringMap& metadata);
 
 // A config table (Markdown) of name/value rows, printed at the start of a run.
 std::string config_table(const std::vector<std::pair<std::string, std::string>>& rows);

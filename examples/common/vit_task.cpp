@@ -63,23 +63,34 @@ std::pair<Tensor, Tensor> channel_statistics(const Tensor& images) {
 
 class VitTask : public ModelTask<ViT> {
  public:
-  VitTask(const VitOptions& vit, const ModelConfig& config, uint64_t seed) : ModelTask(config, seed), vit_(vit) {
+  VitTask(const VitOptions& vit, const ModelSource& source, uint64_t seed) : ModelTask(source.config, seed), vit_(vit) {
     data_ = load_images(vit, seed);
     auto [mu, sigma] = channel_statistics(data_.train.images);
     for (ImageDataset* part : {&data_.train, &data_.valid, &data_.test})
       part->images = div(sub(part->images, mu), sigma).contiguous();
     const Tensor& images = data_.train.images;
-    config_.image_size = images.size(2);
-    config_.channels = images.size(1);
-    config_.patch_size = vit.patch;
-    config_.classes = int64_t(data_.train.class_names.size());
-    config_.decoder_layers = 0;
     HEADROOM_CHECK(images.size(2) == images.size(3), "[train_vit] the images are ", images.size(2), "x", images.size(3),
                    " pixels; the ViT expects square images");
-    build_model();  // checks that --patch divides the image size
-    const int64_t patches_per_side = config_.image_size / vit.patch;
+    ModelConfig from_data = config_;
+    from_data.image_size = images.size(2);
+    from_data.channels = images.size(1);
+    from_data.classes = int64_t(data_.train.class_names.size());
+    if (source.from_checkpoint) check_data_fits(from_data);
+    else config_ = from_data, config_.patch_size = vit.patch, config_.decoder_layers = 0;
+    build_model();  // checks that the patch size divides the image size
+    const int64_t patches_per_side = config_.image_size / config_.patch_size;
     check_product("--batch", vit.batch, "patches per image", patches_per_side * patches_per_side, kMaxBatchTokens,
                   "tokens per batch");
+  }
+
+  // A checkpoint's model takes images of its size, channels and classes only.
+  void check_data_fits(const ModelConfig& from_data) const {
+    const std::string data = vit_.images.empty() ? vit_.data : vit_.images;
+    HEADROOM_CHECK(from_data.image_size == config_.image_size && from_data.channels == config_.channels &&
+                       from_data.classes == config_.classes,
+                   "[train_vit] ", data, " holds ", from_data.classes, " classes of ", from_data.channels, "x",
+                   from_data.image_size, "x", from_data.image_size, " images; the checkpoint's model takes ",
+                   config_.classes, " classes of ", config_.channels, "x", config_.image_size, "x", config_.image_size);
   }
 
   std::string unit() const override { return "img"; }
@@ -218,13 +229,21 @@ void add_vit_flags(Flags& flags, VitOptions& o) {
 
 RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, const TrainOptions& options) {
   HEADROOM_CHECK(vit.batch > 0 && vit.patch > 0, "[train_vit] --batch and --patch must be positive");
-  VitTask task(vit, model_options.config(), options.seed);
+  if (vit.images.empty()) check_data_exists("--data", vit.data, "vit");
+  const ModelSource source = model_source(model_options, options);
+  if (source.from_checkpoint && model_options.given("patch") && vit.patch != source.config.patch_size)
+    throw UsageError("--patch " + std::to_string(vit.patch) + " contradicts the checkpoint: its model.patch_size is " +
+                     std::to_string(source.config.patch_size) + "; drop the flag");
+  VitTask task(vit, source, options.seed);
   const ImageSplits& data = task.data();
-  std::printf("data: %lld train / %lld valid / %lld test images of %lldx%lld, %lld classes\n",
-              (long long)data.train.images.size(0), (long long)data.valid.images.size(0),
-              (long long)data.test.images.size(0), (long long)task.config().image_size,
+  std::printf("data: %s train / %s valid / %s test images of %lldx%lld, %lld classes\n",
+              format_count(data.train.images.size(0)).c_str(), format_count(data.valid.images.size(0)).c_str(),
+              format_count(data.test.images.size(0)).c_str(), (long long)task.config().image_size,
               (long long)task.config().image_size, (long long)task.config().classes);
-  std::printf("%s\n", task.typed_model().describe().c_str());
+  const double macs_per_image = double(task.typed_model().forward_macs());
+  std::printf("%s\n", model_summary(summarize("vit", task.model(), task.config(), options, {}, macs_per_image),
+                                    task.typed_model().describe())
+                          .c_str());
   TrainOptions o = options;
   if (vit.epochs > 0) o.steps = vit.epochs * task.steps_per_epoch();
   TrainResult result = train(task, o);
@@ -233,8 +252,8 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
   task.model().eval();
   std::vector<RoutingRecorder> per_class(size_t(task.config().classes));
   auto test = task.score(data.test, data.test.images.size(0), &per_class);
-  std::printf("test: accuracy %.2f%%, loss %.4f\nconfusion matrix:\n%s", 100 * test.accuracy, test.loss,
-              confusion_text(test.confusion, data.test.class_names).c_str());
+  std::printf("test: accuracy %s, loss %s\nconfusion matrix:\n%s", format_metric("accuracy", test.accuracy).c_str(),
+              format_metric("loss", test.loss).c_str(), confusion_text(test.confusion, data.test.class_names).c_str());
   result.eval.emplace_back("test_accuracy", test.accuracy);
   if (!o.ckpt_dir.empty() && !o.eval_only) {
     write_file_atomically(o.ckpt_dir + "/confusion.csv", confusion_text(test.confusion, data.test.class_names),
@@ -243,7 +262,7 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
     plot_confusion(o.ckpt_dir + "/confusion.png", test.confusion, data.test.class_names);
     if (task.config().attention.type != "mha") write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names);
   }
-  return summarize("vit", task.model(), task.config(), o, result, double(task.typed_model().forward_macs()));
+  return summarize("vit", task.model(), task.config(), o, result, macs_per_image);
 }
 
 void set_vit_defaults(ModelOptions& model, TrainOptions& train) {
