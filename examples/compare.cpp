@@ -314,6 +314,7 @@ int run(const std::string& task, int argc, char** argv) {
     for (const std::string flag : {"attn", "attn-opt", "ckpt"})
       if (flags.was_set(flag))
         throw UsageError("--" + flag + " does not apply to compare: --methods sets the attention, --out the folder");
+    settle_train_options(flags, train_options);
     const std::vector<std::string> methods = checked_methods(c.methods, model);
     const std::vector<PlannedRun> runs = plan_runs(methods, model, train_options, c.seeds, c.out, flags);
     if (train_options.threads > 0) set_num_threads(train_options.threads);

@@ -177,12 +177,14 @@ std::vector<BadInput> early_rows(const std::vector<std::string>& fifo_data) {
   };
 }
 
-// Runs the early rows of `binary` and checks that each fails in well under a second.
+// Runs the early rows of `binary`.  The FIFO data is what shows that no data
+// was read; the time bound (a row takes about 0.05 s alone) only catches a
+// check that waits for training, with room for a loaded 2-core CI machine.
 void check_early_rows(const std::string& binary, const std::vector<std::string>& fifo_data, const TempDir& dir) {
   for (const BadInput& row : early_rows(fifo_data)) {
     const auto start = std::chrono::steady_clock::now();
     check_table(binary, {row}, dir);
-    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 0.5);
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5);
   }
 }
 
@@ -310,7 +312,7 @@ TEST_CASE("bad inputs: compare exits 2 or 1 with a clear message for every bad f
                     {{"--data", text, "--ckpt", "runs/x"}, 2, "--ckpt does not apply to compare"},
                     {{"--data", text, "--seeds", "0"}, 2, "--seeds"},
                     {{"--data", text, "--seeds", "1000000"}, 2, "--seeds"},
-                    {{"--data", text, "--steps", "5", "--warmup", "10"}, 1, "--warmup 10"},
+                    {{"--data", text, "--steps", "5", "--warmup", "10"}, 2, "--warmup 10 must be below --steps 5"},
                     {{"--data", text, "--methods", "mha,dense"}, 2, "unknown method 'dense'"},
                     {{"--data", text, "--methods", "mha,mha"}, 2, "'mha' twice"},
                     {{"--data", text, "--methods", ","}, 2, "--methods names no preset"},

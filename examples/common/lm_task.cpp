@@ -161,10 +161,12 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
   TrainResult result = train(task, o);
   RunSummary summary = summarize("lm", task.model(), task.config(), o, result, macs_per_token);
   if (!o.ckpt_dir.empty() && !o.eval_only) {
-    write_curve_plots(o.ckpt_dir, "bits_per_byte");
+    const std::string label = o.ckpt_dir + ", " + task.config().attention.type;
+    write_curve_plots(o.ckpt_dir, "bits_per_byte", label);
     if (task.config().attention.type != "mha")
-      write_routing_report(o.ckpt_dir, task.routing_statistics(), shared_head_count(task.model()),
-                           [&](int32_t id) { return task.tokenizer().describe_token(id); });
+      write_routing_report(
+          o.ckpt_dir, task.routing_statistics(), shared_head_count(task.model()),
+          [&](int32_t id) { return task.tokenizer().describe_token(id); }, label);
   }
   if (lm.generate > 0) print_sample(task, lm, o.seed);
   return summary;

@@ -276,10 +276,12 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
   result.eval.emplace_back("test_bleu", test.score);
   RunSummary summary = summarize("mt", task.model(), task.config(), o, result, macs_per_token);
   if (!o.ckpt_dir.empty() && !o.eval_only) {
-    write_curve_plots(o.ckpt_dir, "bleu");
+    const std::string label = o.ckpt_dir + ", " + task.config().attention.type;
+    write_curve_plots(o.ckpt_dir, "bleu", label);
     if (task.config().attention.type != "mha")
-      write_routing_report(o.ckpt_dir, task.routing_statistics(), shared_head_count(task.model()),
-                           [&](int32_t id) { return task.tokenizer().describe_token(id); });
+      write_routing_report(
+          o.ckpt_dir, task.routing_statistics(), shared_head_count(task.model()),
+          [&](int32_t id) { return task.tokenizer().describe_token(id); }, label, "encoder self");
   }
   return summary;
 }

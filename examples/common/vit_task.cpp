@@ -258,9 +258,11 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
   if (!o.ckpt_dir.empty() && !o.eval_only) {
     write_file_atomically(o.ckpt_dir + "/confusion.csv", confusion_text(test.confusion, data.test.class_names),
                           "train_vit");
-    write_curve_plots(o.ckpt_dir, "accuracy");
+    const std::string label = o.ckpt_dir + ", " + task.config().attention.type;
+    write_curve_plots(o.ckpt_dir, "accuracy", label);
     plot_confusion(o.ckpt_dir + "/confusion.png", test.confusion, data.test.class_names);
-    if (task.config().attention.type != "mha") write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names);
+    if (task.config().attention.type != "mha")
+      write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names, label);
   }
   return summarize("vit", task.model(), task.config(), o, result, macs_per_image);
 }
