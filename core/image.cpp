@@ -80,13 +80,29 @@ void check_jpeg_huffman_tables(const std::string& bytes, const std::string& path
   }
 }
 
+// stb 2.27 calls memcpy(NULL, ..., 0) (undefined behaviour) when the first
+// IDAT chunk is empty; no encoder writes one, so such a file is refused.
+void check_first_png_data_chunk(const std::string& bytes, const std::string& path) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  for (size_t pos = 8; pos + 8 <= bytes.size();) {  // chunks: length (big-endian), type, data, CRC
+    const size_t length = (size_t(b[pos]) << 24) | (size_t(b[pos + 1]) << 16) | (size_t(b[pos + 2]) << 8) | b[pos + 3];
+    if (bytes.compare(pos + 4, 4, "IDAT") == 0) {
+      HEADROOM_CHECK(length > 0, "[load_image] ", path, " is a corrupt PNG: its first IDAT chunk is empty");
+      return;
+    }
+    pos += 12 + length;
+  }
+}
+
 }  // namespace
 
 Tensor load_image(const std::string& path, int channels) {
   HEADROOM_CHECK(channels >= 0 && channels <= 4, "[load_image] channels must be 0 (as in the file) or 1..4, got ",
                  channels, ": ", path);
   const std::string bytes = read_regular_file(path, kMaxImageFileBytes, "load_image");
-  if (sniff_format(bytes, path) == ImageFormat::jpeg) check_jpeg_huffman_tables(bytes, path);
+  const ImageFormat format = sniff_format(bytes, path);
+  if (format == ImageFormat::jpeg) check_jpeg_huffman_tables(bytes, path);
+  if (format == ImageFormat::png) check_first_png_data_chunk(bytes, path);
   const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
   const int size = static_cast<int>(bytes.size());
   int width = 0, height = 0, file_channels = 0;

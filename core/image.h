@@ -15,7 +15,7 @@ namespace headroom {
 // The limits load_image enforces (docs/limits.md).
 constexpr int64_t kMaxImageFileBytes = int64_t(256) << 20;  // 256 MiB
 constexpr int kMaxImageSide = 16384;                        // pixels, width or height
-constexpr int64_t kMaxImagePixels = int64_t(1) << 26;       // 64 Mpx (256 MiB as 8-bit RGBA)
+constexpr int64_t kMaxImagePixels = int64_t(1) << 24;       // 16 Mpx (e.g. 4096 x 4096)
 
 // A PNG, JPEG or BMP file, recognised by its first bytes (not its name), as
 // stb_image decodes it.  channels = 0 keeps the file's channel count; 1..4

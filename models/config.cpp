@@ -205,6 +205,8 @@ void AttentionSpec::set(const std::string& key, const std::string& value) {
   else if (scope.layer) target = &layers[*scope.layer];
   std::string& type_field = target ? target->type : type;
   StringMap& option_fields = target ? target->options : options;
+  HEADROOM_CHECK(target != nullptr || rest != "type" || !value.empty(),
+                 "[AttentionSpec] the base attention type is empty; expected one of mha, moa, moh, mae");
   if (rest == "type") type_field = value;
   else option_fields[rest.substr(7)] = value;
 }

@@ -70,7 +70,9 @@ TEST_CASE("cuda elementwise: binary ops with broadcasting, odd and empty shapes 
                                                        {{1}, {2, 257}},    {{}, {2, 3}},        {{0, 5}, {5}},
                                                        {{4, 0}, {1, 1}}};
   for (const NamedBinary& op : kBinaryOps) {
-    for (const auto& [a_shape, b_shape] : shapes) {
+    for (const auto& a_shape_b_shape : shapes) {
+      const auto& a_shape = a_shape_b_shape.first;  // named: Clang 14 lambdas cannot capture structured bindings
+      const auto& b_shape = a_shape_b_shape.second;
       INFO(op.name, " ", shape_str(a_shape), " with ", shape_str(b_shape));
       check_parity([&](const Inputs& in) { return op.fn(in[0], in[1]); },
                    binary_inputs(op.name, a_shape, b_shape, gen, DType::f32), 1e-5, 1e-5);

@@ -228,7 +228,9 @@ const std::vector<std::pair<int64_t, int64_t>> kMatmulWidths = {{70, 33}, {1, 13
 TEST_CASE("cuda routing: segment_matmul forward and backward (tiled, empty segments)") {
   for (const RoutingCase& c : routing_cases()) {
     const int64_t rows = c.indices.numel(), segments = c.segments;
-    for (auto [in, out] : kMatmulWidths) {
+    for (auto in_out : kMatmulWidths) {
+      auto in = in_out.first;  // named: Clang 14 lambdas cannot capture structured bindings
+      auto out = in_out.second;
       INFO(c.name, ", in = ", in, ", out = ", out);
       // The weight is a transposed view (non-contiguous).
       check_parity(
@@ -247,7 +249,9 @@ TEST_CASE("cuda routing: segment_matmul forward and backward (tiled, empty segme
 TEST_CASE("cuda routing: gather_segment_matmul and segment_matmul_scatter forward and backward") {
   for (const RoutingCase& c : routing_cases()) {
     const int64_t tokens = c.indices.size(0), rows = c.indices.numel(), segments = c.segments;
-    for (auto [in, out] : kMatmulWidths) {
+    for (auto in_out : kMatmulWidths) {
+      auto in = in_out.first;  // named: Clang 14 lambdas cannot capture structured bindings
+      auto out = in_out.second;
       INFO(c.name, ", in = ", in, ", out = ", out);
       check_parity(
           [&](const std::vector<Tensor>& in_) {

@@ -169,10 +169,12 @@ TEST_CASE("image: hostile files are refused before stb decodes them") {
   CHECK_THROWS_HEADROOM(load_bytes(one_pixel_jpeg(dht(0x24, one_code, std::string(1, '\0')))), "is a corrupt JPEG");
   // A GIF named .png: its decoder is not compiled in.
   CHECK_THROWS_HEADROOM(load_bytes("GIF89a" + std::string(88, '\xff')), "is not a PNG, JPEG or BMP file");
-  // Dimensions: a side over 16384 (stb's limit), then 10000 x 10000 = 10^8 pixels (over 2^26).
+  // Dimensions: a side over 16384 (stb's limit), then 10000 x 10000 = 10^8 pixels (over 2^24).
   CHECK_THROWS_HEADROOM(load_bytes(png_header(20000, 1)), "cannot load");
   CHECK_THROWS_HEADROOM(load_bytes(png_header(10000, 10000)),
-                        "is 10000x10000, more than the 67108864 pixels an image may have");
+                        "is 10000x10000, more than the 16777216 pixels an image may have");
+  CHECK_THROWS_HEADROOM(load_bytes(png_header(2, 2) + be32(0) + "IDAT" + be32(0)),
+                        "is a corrupt PNG: its first IDAT chunk is empty");
   CHECK_THROWS_HEADROOM(load_image("/dev/zero"), "/dev/zero is a character device, expected a regular file");
   std::remove(path.c_str());
 }

@@ -178,7 +178,9 @@ TEST_CASE("MAE matches the frozen PyTorch fixture: output, gates and every gradi
   CHECK_CLOSE(out.stats.gates.narrow(0, 3, 1), f.get("gates").narrow(0, 1, 1), 1e-6, 0);
   out.out.backward(f.get("grad_out").to(DType::f64));
   CHECK_CLOSE(x.grad(), f.get("d_x"), 1e-10);
-  for (const auto& [name, p] : m.named_parameters()) {
+  for (const auto& name_p : m.named_parameters()) {
+    const auto& name = name_p.first;  // named: Clang 14 lambdas cannot capture structured bindings
+    const auto& p = name_p.second;
     INFO(name);
     CHECK_CLOSE(p.grad(), f.get("d_" + name), 1e-10);
   }
@@ -321,7 +323,9 @@ TEST_CASE("BCD: the block schedule (warm start, then F first; joint)") {
 TEST_CASE("BCD: a frozen block leaves its parameters and optimizer state bitwise unchanged") {
   Generator gen(10);
   TinyLM model(6, 5, 8, 4, gen);
-  auto [ids, targets] = previous_token_task(4, 5, 6, gen);
+  auto ids_targets = previous_token_task(4, 5, 6, gen);
+  Tensor ids = ids_targets.first,
+         targets = ids_targets.second;  // named: Clang 14 lambdas cannot capture structured bindings
   BlockCoordinateDescent bcd(model, {model.attn}, 1e-2, 1e-2, {1, 2, 2});
   const std::vector<Tensor> theta = bcd.expert_optimizer().params(), phi = bcd.gate_optimizer().params();
   CHECK(phi.size() == 4);

@@ -218,10 +218,13 @@ TEST_CASE("MHA matches frozen PyTorch MHA: d_h = 3 (not d / h), and RoPE with GQ
   rope.head_dim = 6;
   rope.rope = true;
   rope.rope_theta = 100;
-  for (auto [name, config] : {std::pair{"dh3", narrow}, std::pair{"rope", rope}}) {
+  for (auto name_config : {std::pair{"dh3", narrow}, std::pair{"rope", rope}}) {
+    auto name = name_config.first;  // named: Clang 14 lambdas cannot capture structured bindings
+    auto config = name_config.second;
     CAPTURE(name);
     const std::string prefix = std::string("mha.") + name + ".";
-    for (auto [dtype, atol, rtol] : {std::tuple{DType::f64, 1e-10, 1e-10}, std::tuple{DType::f32, 1e-5, 1e-4}}) {
+    for (auto [dtype_, atol, rtol] : {std::tuple{DType::f64, 1e-10, 1e-10}, std::tuple{DType::f32, 1e-5, 1e-4}}) {
+      DType dtype = dtype_;  // named: Clang 14 lambdas cannot capture structured bindings
       CAPTURE(dtype);
       auto m = testing::fixture_layer<MultiHeadAttention>(f, prefix, config, dtype);
       Tensor x = f.get(prefix + "x").to(dtype).set_requires_grad();
@@ -229,7 +232,9 @@ TEST_CASE("MHA matches frozen PyTorch MHA: d_h = 3 (not d / h), and RoPE with GQ
       sum(o.out * f.get(prefix + "grad_out").to(dtype)).backward();
       CHECK_CLOSE(o.out, f.get(prefix + "out"), atol, rtol);
       CHECK_CLOSE(x.grad(), f.get(prefix + "grad.x"), atol, rtol);
-      for (const auto& [param, value] : m->named_parameters()) {
+      for (const auto& param_value : m->named_parameters()) {
+        const auto& param = param_value.first;  // named: Clang 14 lambdas cannot capture structured bindings
+        const auto& value = param_value.second;
         CAPTURE(param);
         CHECK_CLOSE(value.grad(), f.get(prefix + "grad." + param), atol, rtol);
       }

@@ -452,7 +452,9 @@ TEST_CASE("MoA matches the frozen PyTorch fixture (outputs, aux, every gradient)
     CHECK(o.stats.indices.narrow(0, 0, 5).to_vector<int32_t>() ==
           f.get("indices").narrow(0, 0, 5).to_vector<int32_t>());  // row 5 is the pad
     CHECK_CLOSE(x.grad(), f.get("grad.x"), prec.atol, prec.rtol);
-    for (const auto& [name, param] : m.named_parameters()) {
+    for (const auto& name_param : m.named_parameters()) {
+      const auto& name = name_param.first;  // named: Clang 14 lambdas cannot capture structured bindings
+      const auto& param = name_param.second;
       CAPTURE(name);
       CHECK_CLOSE(param.grad(), f.get("grad." + name), prec.atol, prec.rtol);
     }

@@ -252,8 +252,10 @@ TEST_CASE("MoH decoding with a KV cache equals the full forward [checklist 7]") 
   // Chunks of 1, 2 and 3 new tokens: routing depends only on each token, the
   // causal offset on the cache length.
   Generator gen(4);
-  for (auto [router, rope] : {std::pair{Router::learned, false}, std::pair{Router::qnorm, false},
-                              std::pair{Router::learned, true}, std::pair{Router::qnorm, true}}) {
+  for (auto router_rope : {std::pair{Router::learned, false}, std::pair{Router::qnorm, false},
+                           std::pair{Router::learned, true}, std::pair{Router::qnorm, true}}) {
+    auto router = router_rope.first;  // named: Clang 14 lambdas cannot capture structured bindings
+    auto rope = router_rope.second;
     CAPTURE(router == Router::qnorm);
     CAPTURE(rope);
     MoHConfig config = make_config(16, 4, 1, 2, router);
@@ -520,8 +522,10 @@ TEST_CASE("MoH qnorm estimators Ste::all and Ste::selected match frozen PyTorch 
   CHECK(difference("k_proj.bias") == 0);
   MoHConfig config = make_config(8, 6, 2, 2, Router::qnorm);
   config.mha.head_dim = 2;  // d / h would not divide
-  for (auto [ste, grads] : {std::pair{MoHConfig::Ste::all, std::string("grad_all.")},
-                            std::pair{MoHConfig::Ste::selected, std::string("grad_selected.")}}) {
+  for (auto ste_grads : {std::pair{MoHConfig::Ste::all, std::string("grad_all.")},
+                         std::pair{MoHConfig::Ste::selected, std::string("grad_selected.")}}) {
+    auto ste = ste_grads.first;  // named: Clang 14 lambdas cannot capture structured bindings
+    auto grads = ste_grads.second;
     CAPTURE(grads);
     config.ste = ste;
     auto m = testing::fixture_layer<MoHAttention>(f, "qnorm.", config, DType::f64);

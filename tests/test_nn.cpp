@@ -136,7 +136,9 @@ TEST_CASE("softmax and logsumexp over many short rows: blocks of rows, a partial
   // The CPU kernels take short rows in blocks (one exp call per block):
   // 5000 rows of 8 run in parallel and end in a partial block; 700 rows of 3
   // stay on one thread.  Rows of all -inf, one +inf and a NaN sit inside blocks.
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{5000, 8}, {700, 3}}) {
+  for (auto rows_n : {std::pair<int64_t, int64_t>{5000, 8}, {700, 3}}) {
+    auto rows = rows_n.first;  // named: Clang 14 lambdas cannot capture structured bindings
+    auto n = rows_n.second;
     CAPTURE(rows);
     std::vector<double> xs = randn({rows, n}, 8, DType::f64).to_vector<double>();
     for (int64_t j = 0; j < n; ++j) xs[300 * n + j] = -kInf;

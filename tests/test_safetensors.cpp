@@ -110,8 +110,10 @@ TEST_CASE("safetensors: every dtype round trips, with metadata, in name order") 
   std::vector<std::string> names;
   for (const auto& entry : file.tensors) names.push_back(entry.first);
   CHECK(names == std::vector<std::string>{"b8", "empty", "f64", "i32", "scalar", "z.f32"});
-  for (const auto& [name, original] : std::vector<std::pair<std::string, Tensor>>{
+  for (const auto& name_original : std::vector<std::pair<std::string, Tensor>>{
            {"z.f32", f32}, {"f64", f64}, {"i32", i32}, {"b8", b8}, {"scalar", scalar}, {"empty", empty}}) {
+    const auto& name = name_original.first;  // named: Clang 14 lambdas cannot capture structured bindings
+    const auto& original = name_original.second;
     CAPTURE(name);
     Tensor loaded = file.get(name);
     CHECK(loaded.dtype() == original.dtype());

@@ -214,6 +214,7 @@ TEST_CASE("ModelConfig: metadata round trip, through a checkpoint too, and error
   CHECK_THROWS_HEADROOM(ModelConfig::from_metadata({{"model.dimm", "3"}}), "unknown metadata field model.dimm");
   CHECK_THROWS_HEADROOM(ModelConfig::from_metadata({{"model.dim", "3x"}}), "model.dim = '3x' is not an integer");
   CHECK_THROWS_HEADROOM(ModelConfig::from_metadata({{"model.norm", "mid"}}), "is not pre|post");
+  CHECK_THROWS_HEADROOM(ModelConfig::from_metadata({{"attention.type", ""}}), "the base attention type is empty");
   CHECK_THROWS_HEADROOM(ModelConfig::from_metadata({{"attention.layer.x.k", "1"}}), "is not an integer");
   ModelConfig bad = tiny_config();
   bad.attention.type = "moz";
@@ -287,7 +288,9 @@ TEST_CASE("DecoderLM matches the frozen PyTorch fixture: logits, loss and every 
     Tensor loss = cross_entropy(logits.narrow(1, 0, 5), targets);
     CHECK_CLOSE(loss, f.get("loss"), tol, tol);
     loss.backward();
-    for (const auto& [name, p] : lm.named_parameters()) {
+    for (const auto& name_p : lm.named_parameters()) {
+      const auto& name = name_p.first;  // named: Clang 14 lambdas cannot capture structured bindings
+      const auto& p = name_p.second;
       INFO(name);
       CHECK_CLOSE(p.grad(), f.get("grad." + name), tol, tol);
     }

@@ -3,6 +3,7 @@
 // attention): max, sum, an in-place exp that the compiler turns into SIMD
 // code, and exp(x - row max) over blocks of rows.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace headroom::cpu {
@@ -14,11 +15,18 @@ namespace headroom::cpu {
 void exp_inplace(float* x, int64_t n);
 void exp_inplace(double* x, int64_t n);
 
+// Clang starts each SIMD lane's private copy of a max reduction at
+// numeric_limits::lowest(), GCC at -inf, so under Clang an all -inf row came
+// out as -DBL_MAX; this reduction starts every lane at -inf in both.
+#pragma omp declare reduction(max_from_neg_inf \
+                              : float, double  \
+                              : omp_out = omp_in > omp_out ? omp_in : omp_out) initializer(omp_priv = -INFINITY)
+
 // max(init, x[0..n)).  Written as a comparison, not std::max: GCC vectorises
 // only this form.
 template <typename T> T max_of(const T* x, int64_t n, T init) {
   T m = init;
-#pragma omp simd reduction(max : m)
+#pragma omp simd reduction(max_from_neg_inf : m)
   for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
   return m;
 }
