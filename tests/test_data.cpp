@@ -173,7 +173,9 @@ TEST_CASE("data: every loader refuses a directory, a FIFO, a device and a missin
                                                        {"/dev/zero", "is a character device"},
                                                        {missing, "cannot open"}};
   for (const Loader& loader : loaders)
-    for (const auto& [path, reason] : paths) {
+    for (const auto& path_reason : paths) {
+      const std::string& path = path_reason.first;  // named: Clang 14 lambdas cannot capture structured bindings
+      const std::string& reason = path_reason.second;
       CAPTURE(loader.name);
       CAPTURE(path);
       CHECK_THROWS_HEADROOM(loader.load(path), (std::string("[") + loader.name + "]").c_str());
