@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iterator>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,12 +16,6 @@
 namespace headroom::examples {
 
 namespace {
-
-// Digits only, after one leading '-' where `signed_ok`.
-bool is_decimal(const std::string& text, bool signed_ok) {
-  const size_t first = signed_ok && !text.empty() && text[0] == '-' ? 1 : 0;
-  return text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
-}
 
 // `text` as a T when it is an integer in the range.
 template <typename T> std::optional<T> integer_in(const std::string& text, Range<T> range) {
@@ -85,21 +80,24 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
-std::optional<int64_t> parse_int64(const std::string& text) {
-  if (!is_decimal(text, true)) return std::nullopt;
-  errno = 0;
-  long long value = std::strtoll(text.c_str(), nullptr, 10);
-  if (errno != 0) return std::nullopt;
+namespace {
+
+// The whole text as a decimal T (std::from_chars: digits and, for a signed T,
+// a leading '-'; no spaces, '+' or locale), or nothing when it is not one or
+// does not fit.
+template <typename T> std::optional<T> whole_integer(const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc() || stop != end) return std::nullopt;
   return value;
 }
 
-std::optional<uint64_t> parse_uint64(const std::string& text) {
-  if (!is_decimal(text, false)) return std::nullopt;
-  errno = 0;
-  unsigned long long value = std::strtoull(text.c_str(), nullptr, 10);
-  if (errno != 0) return std::nullopt;
-  return value;
-}
+}  // namespace
+
+std::optional<int64_t> parse_int64(const std::string& text) { return whole_integer<int64_t>(text); }
+
+std::optional<uint64_t> parse_uint64(const std::string& text) { return whole_integer<uint64_t>(text); }
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
