@@ -237,10 +237,12 @@ TEST_CASE("the output formats: one per kind of value") {
 }
 
 TEST_CASE("settle_train_options derives --warmup and --eval-every from --steps and refuses bad combinations") {
-  auto settled = [](std::vector<std::string> args) {
+  int64_t epochs = 0;  // train_vit's --epochs, declared in the second form
+  auto settled = [&](std::vector<std::string> args, bool with_epochs = false) {
     Flags flags("test", "train flags");
     TrainOptions o;
     add_train_flags(flags, o);
+    if (with_epochs) flags.add("epochs", &epochs, "epochs", {0, 1000});
     args.insert(args.begin(), "test");
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
@@ -259,4 +261,16 @@ TEST_CASE("settle_train_options derives --warmup and --eval-every from --steps a
   CHECK_THROWS_HEADROOM(settled({"--steps", "10", "--eval-every", "20"}), "--eval-every 20 is past --steps 10");
   CHECK_THROWS_HEADROOM(settled({"--resume", "--eval-only"}), "exclude each other");
   CHECK_THROWS_HEADROOM(settled({"--eval-only", "--ckpt", ""}), "need --ckpt DIR");
+  // --epochs sets the steps after the data is read: the schedule is not settled against --steps yet.
+  o = settled({"--epochs", "5", "--eval-every", "2000"}, true);
+  CHECK(o.eval_every == 2000);
+  CHECK(o.warmup == 100);
+  CHECK(settled({"--epochs", "0", "--steps", "200"}, true).warmup == 20);
+  CHECK_THROWS_HEADROOM(settled({"--epochs", "5", "--steps", "100"}, true),
+                        "--epochs 5 sets the number of steps; drop --steps 100");
+  o.steps = 4300;  // what run_vit sets: 5 epochs of 860 steps
+  settle_schedule(nullptr, o);
+  CHECK(o.eval_every == 2000);
+  o.steps = 1000;
+  CHECK_THROWS_HEADROOM(settle_schedule(nullptr, o), "--eval-every 2000 is past --steps 1000");
 }

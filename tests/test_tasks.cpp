@@ -52,11 +52,13 @@ TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run direct
 }
 
 // A parsed command line of the model flags, for ModelOptions::given.
+// With `mt`, train_mt's task flags are declared too.
 struct ModelCommandLine {
   Flags flags{"test", "model flags"};
   ModelOptions model;
-  explicit ModelCommandLine(std::vector<std::string> args) {
+  explicit ModelCommandLine(std::vector<std::string> args, MtOptions* mt = nullptr) {
     add_model_flags(flags, model);
+    if (mt != nullptr) add_mt_flags(flags, *mt);
     args.insert(args.begin(), "test");
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
@@ -125,6 +127,15 @@ TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes 
   CHECK(resumed.steps == 6);
   CHECK(resumed.parameters == s.parameters);
   CHECK(resumed.attention == "mae");
+  // A --bpe-merges given on the command line must be the checkpoint tokenizer's.
+  resume.steps = 8;
+  MtOptions given = mt;
+  ModelCommandLine contradicting({"--bpe-merges", "31"}, &given);
+  const std::string refusal =
+      "--bpe-merges 31 contradicts the checkpoint " + dir.file("run/checkpoint.safetensors") + ": its tokenizer has 30";
+  CHECK_THROWS_HEADROOM(run_mt(given, contradicting.model, resume), refusal.c_str());
+  ModelCommandLine agreeing({"--bpe-merges", "30"}, &given);
+  CHECK(run_mt(given, agreeing.model, resume).steps == 8);
 }
 
 TEST_CASE("run_vit trains on a folder of class subfolders and reports accuracy and the confusion matrix") {

@@ -327,6 +327,32 @@ TEST_CASE("train: resume requires every metadata entry, parsed strictly, and the
       dir.file("i"), [](StringMap& m) { m["model.dropout"] = "nan"; }, "model.dropout = 'nan' is not a finite number");
 }
 
+TEST_CASE("train: --resume without --seed continues with the checkpoint's seed; a different one is refused") {
+  TempDir dir("trainer_resume_seed");
+  CountingTask task("mha");
+  TrainOptions first = small_run(dir.file("run"));
+  first.seed = 7, first.steps = 8;
+  train(task, first);
+  auto resumed = [&](std::vector<std::string> args) {
+    Flags flags("test", "train flags");
+    TrainOptions o = small_run(dir.file("run"));
+    add_train_flags(flags, o);
+    args.insert(args.begin(), {"test", "--resume", "--ckpt", dir.file("run")});
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    flags.parse(int(argv.size()), argv.data());
+    settle_train_options(flags, o);
+    return o;
+  };
+  TrainOptions o = resumed({});
+  CHECK(o.seed == 7);
+  CountingTask again("mha");
+  CHECK(train(again, o).last_step == 12);
+  CHECK(resumed({"--seed", "7"}).seed == 7);
+  CHECK_THROWS_HEADROOM(train(again, resumed({"--seed", "3", "--steps", "16"})),
+                        "was made with --seed 7, not 3; pass --seed 7 to resume it");
+}
+
 TEST_CASE("train: a --ckpt path that cannot be a directory is an error naming it") {
   TempDir dir("trainer_bad_dir");
   const std::string file = dir.write("taken", "a file");

@@ -203,6 +203,10 @@ const Flags::Flag& Flags::declared(const std::string& name) const {
   HEADROOM_FAIL("[Flags] no flag --", name, " was declared");
 }
 
+bool Flags::declares(const std::string& name) const {
+  return std::any_of(flags_.begin(), flags_.end(), [&](const Flag& flag) { return flag.name == name; });
+}
+
 bool Flags::was_set(const std::string& name) const { return declared(name).set; }
 
 std::string Flags::value(const std::string& name) const { return declared(name).show(); }

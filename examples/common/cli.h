@@ -61,6 +61,8 @@ class Flags {
   // Returns false after printing the usage for --help; throws UsageError for
   // unknown flags, missing or malformed values and values out of range.
   bool parse(int argc, char** argv);
+  // True when `--name` was added (was_set and value throw for one that was not).
+  bool declares(const std::string& name) const;
   // True when `--name` appeared on the command line (not just its default).
   bool was_set(const std::string& name) const;
   // The current value of `--name` as text (as the config table shows it).

@@ -37,7 +37,9 @@ struct ModelOptions {
   // The command line's flags (add_model_flags sets it), to tell a flag given
   // from a default; null: none given (a run built in code).
   const Flags* flags = nullptr;
-  bool given(const std::string& flag) const { return flags != nullptr && flags->was_set(flag); }
+  bool given(const std::string& flag) const {
+    return flags != nullptr && flags->declares(flag) && flags->was_set(flag);
+  }
   // The transformer part of a ModelConfig (pre-LN, GELU, sinusoidal positions,
   // attention spec); layers go to encoder and decoder alike, the task keeps
   // the stacks it uses.  Throws UsageError for sizes whose weights exceed

@@ -37,6 +37,13 @@ SentencePairs load_pairs(const MtOptions& mt) {
   return clean_pairs(raw, size_t(mt.max_bytes));
 }
 
+// The tokenizer a checkpoint was trained with.
+Tokenizer saved_tokenizer(const StringMap& task_metadata) {
+  auto saved = task_metadata.find("tokenizer");
+  HEADROOM_CHECK(saved != task_metadata.end(), "[train_mt] the checkpoint has no task.tokenizer entry");
+  return Tokenizer::from_text(saved->second);
+}
+
 class MtTask : public ModelTask<EncoderDecoder> {
  public:
   MtTask(const MtOptions& mt, const ModelSource& source, uint64_t seed) : ModelTask(source.config, seed), mt_(mt) {
@@ -196,13 +203,6 @@ class MtTask : public ModelTask<EncoderDecoder> {
     return out;
   }
 
-  // The tokenizer a checkpoint was trained with.
-  static Tokenizer saved_tokenizer(const StringMap& task_metadata) {
-    auto saved = task_metadata.find("tokenizer");
-    HEADROOM_CHECK(saved != task_metadata.end(), "[train_mt] the checkpoint has no task.tokenizer entry");
-    return Tokenizer::from_text(saved->second);
-  }
-
   static Tokenizer learn_tokenizer(const SentencePairs& pairs, int64_t merges) {
     if (merges == 0) return Tokenizer();
     std::vector<std::string> texts;
@@ -234,6 +234,15 @@ BleuScore test_translations(MtTask& task, const std::string& run_dir) {
   return MtTask::bleu_of(hypotheses, test);
 }
 
+// The checkpoint's tokenizer is the model's: a --bpe-merges that differs is refused.
+void check_merges_agree(const MtOptions& mt, const ModelSource& source, const std::string& ckpt_dir) {
+  const int64_t saved = saved_tokenizer(source.task_metadata).merge_count();
+  if (saved != mt.bpe_merges)
+    throw UsageError("--bpe-merges " + std::to_string(mt.bpe_merges) + " contradicts the checkpoint " +
+                     checkpoint_path(ckpt_dir) + ": its tokenizer has " + std::to_string(saved) +
+                     " merges; the checkpoint sets the tokenizer, so drop the flag");
+}
+
 }  // namespace
 
 void add_mt_flags(Flags& flags, MtOptions& o) {
@@ -259,7 +268,9 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
                  "[train_mt] --batch, --max-tokens and --beam must be positive");
   check_product("--batch", mt.batch, "--max-tokens", mt.max_tokens, kMaxBatchTokens, "tokens per batch");
   check_data_exists("--data", mt.data, "mt");
-  MtTask task(mt, model_source(model_options, o), o.seed);
+  const ModelSource source = model_source(model_options, o);
+  if (source.from_checkpoint && model_options.given("bpe-merges")) check_merges_agree(mt, source, o.ckpt_dir);
+  MtTask task(mt, source, o.seed);
   const ParallelSplit& split = task.split();
   std::printf("data: %s train / %s valid / %s test pairs, vocabulary %s (%s BPE merges)\n",
               format_count(int64_t(split.train.size())).c_str(), format_count(int64_t(split.valid.size())).c_str(),

@@ -10,6 +10,7 @@
 #include "headroom/core/atomic_file.h"
 #include "headroom/core/error.h"
 #include "headroom/core/read_file.h"
+#include "headroom/examples/common/cli.h"
 
 namespace headroom::examples {
 
@@ -181,13 +182,8 @@ void Progress::update(int64_t step, const std::vector<std::pair<std::string, dou
   std::ostringstream line;
   line << (terminal_ ? "\r[" : "[") << std::string(filled, '#') << std::string(width - filled, '.') << "] " << step
        << "/" << total_ << " ETA " << format_duration(per_step * double(total_ - step));
-  char value_text[48];
-  for (const auto& [name, value] : values) {
-    std::snprintf(value_text, sizeof value_text, " | %s %.4g", name.c_str(), value);
-    line << value_text;
-  }
-  std::snprintf(value_text, sizeof value_text, " | %.0f %s/s", items_per_second(), unit_.c_str());
-  line << value_text << (terminal_ ? "   " : "\n");
+  for (const auto& [name, value] : values) line << " | " << name << " " << format_metric(name, value);
+  line << " | " << format_si(items_per_second()) << " " << unit_ << "/s" << (terminal_ ? "   " : "\n");
   std::fputs(line.str().c_str(), stdout);
   std::fflush(stdout);
 }

@@ -399,9 +399,10 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
   flags.add("tf32", &o.tf32, "CUDA: TF32 tensor-core matmuls (faster, less precise)");
 }
 
-void settle_train_options(const Flags& flags, TrainOptions& o) {
-  if (!flags.was_set("warmup")) o.warmup = std::min(o.warmup, o.steps / 10);
-  if (!flags.was_set("eval-every")) o.eval_every = std::min(o.eval_every, std::max<int64_t>(1, o.steps / 5));
+void settle_schedule(const Flags* flags, TrainOptions& o) {
+  if (flags != nullptr && !flags->was_set("warmup")) o.warmup = std::min(o.warmup, o.steps / 10);
+  if (flags != nullptr && !flags->was_set("eval-every"))
+    o.eval_every = std::min(o.eval_every, std::max<int64_t>(1, o.steps / 5));
   const std::string steps = " --steps " + std::to_string(o.steps);
   if (o.warmup >= o.steps)
     throw UsageError("--warmup " + std::to_string(o.warmup) + " must be below" + steps +
@@ -409,8 +410,20 @@ void settle_train_options(const Flags& flags, TrainOptions& o) {
   if (o.eval_every > o.steps)
     throw UsageError("--eval-every " + std::to_string(o.eval_every) + " is past" + steps +
                      ": the run would evaluate only at its end; pass --eval-every 0 for that");
+}
+
+void settle_train_options(const Flags& flags, TrainOptions& o) {
+  // train_vit's --epochs sets the steps once the data is read; run_vit settles the schedule then.
+  const bool steps_from_epochs = flags.declares("epochs") && flags.value("epochs") != "0";
+  if (steps_from_epochs && flags.was_set("steps"))
+    throw UsageError("--epochs " + flags.value("epochs") + " sets the number of steps; drop --steps " +
+                     std::to_string(o.steps));
+  if (!steps_from_epochs) settle_schedule(&flags, o);
   if (o.resume && o.eval_only) throw UsageError("--resume and --eval-only exclude each other; pass one");
   if ((o.resume || o.eval_only) && o.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
+  // A resumed run continues the checkpoint's data order; a different --seed is refused at resume.
+  if (o.resume && !flags.was_set("seed"))
+    o.seed = metadata_uint64(read_checkpoint_metadata(o.ckpt_dir), "train.seed", checkpoint_path(o.ckpt_dir));
 }
 
 Device training_device(const std::string& name) {

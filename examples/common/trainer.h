@@ -78,8 +78,15 @@ void add_train_flags(Flags& flags, TrainOptions& options);
 // (at most a tenth of the steps) and --eval-every (at least five
 // evaluations) when not given.  Throws UsageError for --warmup at or past
 // --steps, --eval-every past --steps, --resume with --eval-only, and either
-// without --ckpt.
+// without --ckpt.  --resume without --seed takes the checkpoint's seed.
+// With train_vit's --epochs (which excludes --steps) the schedule waits for
+// settle_schedule, once the data has set the steps.
 void settle_train_options(const Flags& flags, TrainOptions& options);
+
+// The --steps part of settle_train_options: derives --warmup and
+// --eval-every from --steps where `flags` (null: a run built in code) did
+// not set them, and refuses either at or past --steps.
+void settle_schedule(const Flags* flags, TrainOptions& options);
 
 // The device --device names: "cpu", "cuda" or "cuda:N".  Throws when CUDA is
 // not available (the message gives cuda::version_string(): built without

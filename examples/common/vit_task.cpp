@@ -221,7 +221,7 @@ void add_vit_flags(Flags& flags, VitOptions& o) {
   flags.add("channels", &o.channels, "--images: 1 (grey), 2 (grey, alpha), 3 (RGB) or 4 (RGBA)", {1, 4});
   flags.add("patch", &o.patch, "patch size in pixels", {1, kMaxImageSize});
   flags.add("batch", &o.batch, "images per step", {1, kMaxBatch});
-  flags.add("epochs", &o.epochs, "train for this many epochs (overrides --steps; 0: use --steps)", {0, 1'000'000});
+  flags.add("epochs", &o.epochs, "train for this many epochs (instead of --steps; 0: use --steps)", {0, 1'000'000});
   flags.add("valid-images", &o.valid_images, "Fashion-MNIST: training images split off for validation",
             {1, image_count.max});
   flags.add("eval-images", &o.eval_images, "validation images per periodic evaluation (0: all)", image_count);
@@ -245,7 +245,10 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
                                     task.typed_model().describe())
                           .c_str());
   TrainOptions o = options;
-  if (vit.epochs > 0) o.steps = vit.epochs * task.steps_per_epoch();
+  if (vit.epochs > 0) {
+    o.steps = vit.epochs * task.steps_per_epoch();
+    settle_schedule(model_options.flags, o);
+  }
   TrainResult result = train(task, o);
 
   NoGradGuard no_grad;

@@ -32,7 +32,7 @@ struct VitOptions {
   int64_t channels = 3;                     // --images: 1 (grey) or 3 (RGB)
   int64_t patch = 4;
   int64_t batch = 64;
-  int64_t epochs = 0;           // > 0 overrides --steps: epochs over the training set
+  int64_t epochs = 0;           // > 0 instead of --steps: epochs over the training set
   int64_t valid_images = 5000;  // Fashion-MNIST: split off the training set
   int64_t eval_images = 2000;   // validation images per periodic evaluation (0: all)
 };
