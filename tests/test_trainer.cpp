@@ -380,6 +380,10 @@ TEST_CASE("run_config_table lists only the flags that apply to the run") {
     Flags flags("test", "train and model flags");
     TrainOptions o;
     ModelOptions m;
+    std::string methods;   // compare's
+    int64_t generate = 0;  // train_lm's
+    flags.add("methods", &methods, "presets");
+    flags.add("generate", &generate, "tokens", {0, 100});
     add_model_flags(flags, m);
     add_train_flags(flags, o);
     args.insert(args.begin(), "test");
@@ -397,4 +401,10 @@ TEST_CASE("run_config_table lists only the flags that apply to the run") {
   const std::string mae = table({"--attn", "mae", "--ckpt", "run", "--resume"});
   for (const char* present : {"| bcd-f | 100 |", "| mae-joint | false |", "| ckpt-every | 500 |", "| resume | true |"})
     CHECK_MESSAGE(mae.find(present) != std::string::npos, present);
+  CHECK(mha.find("| generate |") == std::string::npos);
+  CHECK(table({"--generate", "5"}).find("| generate | 5 |") != std::string::npos);
+  CHECK(mha.find("| attn | mha |") != std::string::npos);
+  const std::string compare = table({"--methods", "mha,mae", "--ckpt", "runs/lm"});
+  for (const char* absent : {"| attn |", "| ckpt |"}) CHECK_MESSAGE(compare.find(absent) == std::string::npos, absent);
+  CHECK(compare.find("| bcd-f | 100 |") != std::string::npos);
 }

@@ -439,8 +439,9 @@ Device training_device(const std::string& name) {
 namespace {
 
 // Whether `--name` applies to this run, from the values of all flags: MAE's
-// BCD flags need an MAE model, sampling flags --generate, --tf32 a GPU, and
-// so on; a text flag left empty is not shown.  A flag a binary lacks reads
+// BCD flags need an MAE model, sampling flags --generate, --tf32 a GPU,
+// --attn and --ckpt a run without compare's --methods, and so on; a text
+// flag left empty is not shown.  A flag a binary lacks reads
 // as empty.
 bool applies(const std::string& name, const std::map<std::string, std::string>& values) {
   auto value = [&](const std::string& flag) {
@@ -452,7 +453,9 @@ bool applies(const std::string& name, const std::map<std::string, std::string>& 
   if (value(name).empty()) return false;  // an unset text flag (--attn-opt, --ckpt) says nothing
   if (mae_flags.count(name))
     return (value("attn") + "," + value("attn-set") + "," + value("methods")).find("mae") != std::string::npos;
-  if (sampling_flags.count(name)) return value("generate") != "0";
+  if (sampling_flags.count(name) || name == "generate") return value("generate") != "0";
+  // compare: --methods sets each run's attention and --out its folder.
+  if (name == "attn" || name == "ckpt") return value("methods").empty();
   if (name == "tf32") return value("device") != "cpu";
   if (name == "length-penalty") return value("beam") != "1";
   if (name == "ckpt-every") return !value("ckpt").empty();
