@@ -36,3 +36,5 @@
 #include "headroom/models/transformer.h"
 #include "headroom/models/decoding.h"
 #include "headroom/models/stats.h"
+#include "headroom/core/communicator.h"
+#include "headroom/models/data_parallel.h"

@@ -1,0 +1,152 @@
+#include "headroom/models/data_parallel.h"
+
+#include <string>
+#include <utility>
+
+#include "headroom/core/error.h"
+#include "headroom/core/grad_mode.h"
+#include "headroom/ops/elementwise.h"
+
+namespace headroom {
+
+namespace {
+
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+
+uint64_t fnv1a(uint64_t hash, const unsigned char* bytes, size_t count) {
+  for (size_t i = 0; i < count; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  return hash;
+}
+
+// A 64-bit value as two i32 elements, for collectives (which carry tensors).
+Tensor as_i32_pair(uint64_t value) {
+  return Tensor::from_vector<int32_t>({int32_t(uint32_t(value >> 32)), int32_t(uint32_t(value))}, {2});
+}
+
+// The gradients of one bucket: consecutive parameters of one dtype and device.
+struct Bucket {
+  std::vector<Tensor> params;
+  int64_t elements = 0;
+};
+
+std::vector<Bucket> gradient_buckets(const std::vector<Tensor>& params, int64_t bucket_bytes) {
+  std::vector<Bucket> buckets;
+  for (const Tensor& p : params) {
+    const bool fits = !buckets.empty() && buckets.back().params.front().dtype() == p.dtype() &&
+                      buckets.back().params.front().device() == p.device() &&
+                      (buckets.back().elements + p.numel()) * int64_t(dtype_size(p.dtype())) <= bucket_bytes;
+    if (!fits) buckets.emplace_back();
+    buckets.back().params.push_back(p);
+    buckets.back().elements += p.numel();
+  }
+  return buckets;
+}
+
+// all-reduces one bucket's gradients, each scaled by `scale` first; the
+// parameters' gradients become views of the reduced buffer.
+void reduce_bucket(Communicator& communicator, const Bucket& bucket, double scale) {
+  const Tensor& first = bucket.params.front();
+  Tensor flat = Tensor::empty({bucket.elements}, first.dtype(), first.device());
+  int64_t offset = 0;
+  for (const Tensor& p : bucket.params) {
+    Tensor grad = p.grad().defined() ? p.grad() : Tensor::zeros(p.shape(), p.dtype(), p.device());
+    flat.narrow(0, offset, p.numel()).copy_((grad * scale).reshape({p.numel()}));
+    offset += p.numel();
+  }
+  communicator.all_reduce(flat, ReduceOp::sum);
+  offset = 0;
+  for (const Tensor& p : bucket.params) {
+    p.set_grad(flat.narrow(0, offset, p.numel()).view(p.shape()));
+    offset += p.numel();
+  }
+}
+
+}  // namespace
+
+BatchSlice batch_slice(int64_t global_rows, int rank, int ranks) {
+  HEADROOM_CHECK(ranks > 0 && rank >= 0 && rank < ranks, "[batch_slice] rank ", rank, " is not in [0, ", ranks, ")");
+  HEADROOM_CHECK(global_rows >= ranks, "[batch_slice] a global batch of ", global_rows, " rows cannot give each of ",
+                 ranks, " ranks a row; use a batch of at least ", ranks);
+  const int64_t base = global_rows / ranks, extra = global_rows % ranks;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
+uint64_t parameters_checksum(const Module& model) {
+  uint64_t hash = kFnvOffset;
+  for (const auto& [name, tensor] : model.state_dict()) {
+    const Tensor host = tensor.to(Device::cpu()).contiguous();
+    hash = fnv1a(hash, reinterpret_cast<const unsigned char*>(name.data()), name.size());
+    hash = fnv1a(hash, static_cast<const unsigned char*>(host.raw_data()),
+                 size_t(host.numel()) * dtype_size(host.dtype()));
+  }
+  return hash;
+}
+
+DataParallel::DataParallel(Module& model, std::shared_ptr<Communicator> communicator, int64_t bucket_bytes)
+    : model_(model), communicator_(std::move(communicator)), bucket_bytes_(bucket_bytes) {
+  HEADROOM_CHECK(communicator_ != nullptr, "[DataParallel] got no communicator");
+  HEADROOM_CHECK(bucket_bytes_ > 0, "[DataParallel] bucket_bytes must be positive, got ", bucket_bytes_);
+  if (size() == 1) return;
+  NoGradGuard no_grad;
+  for (auto& entry : model_.state_dict()) {
+    Tensor& tensor = entry.second;
+    Tensor buffer = tensor.contiguous();
+    communicator_->broadcast(buffer, 0);
+    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+  }
+}
+
+void DataParallel::synchronize_gradients(double weight) {
+  HEADROOM_CHECK(weight >= 0, "[DataParallel] a rank's weight must be at least 0, got ", weight);
+  if (size() == 1) return;
+  NoGradGuard no_grad;
+  const std::vector<Tensor> params = model_.parameters();
+  // One small all-reduce first: which parameters any rank has a gradient for, and the total weight.
+  Tensor has_grad = Tensor::zeros({int64_t(params.size()) + 1}, DType::f64);
+  double* counts = has_grad.data<double>();
+  for (size_t i = 0; i < params.size(); ++i) counts[i] = params[i].grad().defined() ? 1 : 0;
+  counts[params.size()] = weight;
+  communicator_->all_reduce(has_grad, ReduceOp::sum);
+  const double total_weight = counts[params.size()];
+  HEADROOM_CHECK(total_weight > 0, "[DataParallel] the ranks' weights add up to ", total_weight,
+                 "; at least one "
+                 "rank must weigh more than 0");
+  std::vector<Tensor> reduced;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (counts[i] > 0) reduced.push_back(params[i]);
+  for (const Bucket& bucket : gradient_buckets(reduced, bucket_bytes_))
+    reduce_bucket(*communicator_, bucket, weight / total_weight);
+}
+
+double DataParallel::mean(double value, double weight) const {
+  Tensor sums = Tensor::from_vector<double>({value * weight, weight}, {2});
+  communicator_->all_reduce(sums, ReduceOp::sum);
+  const double* summed = sums.data<double>();
+  HEADROOM_CHECK(summed[1] > 0, "[DataParallel] the ranks' weights add up to ", summed[1]);
+  return summed[0] / summed[1];
+}
+
+std::string DataParallel::ranks_differing_from_root(uint64_t hash) const {
+  const Tensor all = communicator_->all_gather(as_i32_pair(hash));  // [size, 2]
+  const int32_t* hashes = all.data<int32_t>();
+  std::string differing;
+  for (int r = 1; r < size(); ++r)
+    if (hashes[2 * r] != hashes[0] || hashes[2 * r + 1] != hashes[1])
+      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  return differing;
+}
+
+void DataParallel::check_parameters_identical() const {
+  const std::string differing = ranks_differing_from_root(parameters_checksum(model_));
+  HEADROOM_CHECK(differing.empty(), "[DataParallel] the parameters of rank(s) ", differing,
+                 " differ from rank 0's (checksum); the ranks no longer train one model");
+}
+
+void DataParallel::check_same_on_every_rank(const std::string& what, const std::string& text) const {
+  const uint64_t hash = fnv1a(kFnvOffset, reinterpret_cast<const unsigned char*>(text.data()), text.size());
+  const std::string differing = ranks_differing_from_root(hash);
+  HEADROOM_CHECK(differing.empty(), "[DataParallel] the ", what, " of rank(s) ", differing, " differs from rank 0's");
+}
+
+}  // namespace headroom
