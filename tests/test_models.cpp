@@ -49,22 +49,15 @@ template <typename Batch> Learned train(Module& model, const ModelConfig& c, int
   const auto start = std::chrono::steady_clock::now();
   const int threads = num_threads();
   set_num_threads(1);  // the time limit is for one core
-  auto mae_layers = collect_modules<MAEAttention>(model);
-  std::unique_ptr<BlockCoordinateDescent> bcd;
-  std::unique_ptr<AdamW> opt;
-  if (!mae_layers.empty())
-    bcd = std::make_unique<BlockCoordinateDescent>(model, mae_layers, 3e-3, 3e-3, BCDOptions{0, 20, 10});
-  else opt = std::make_unique<AdamW>(model.parameters(), 3e-3, 0.9, 0.98, 1e-9, 0);
+  testing::ModelOptimizer opt(model, 3e-3, BCDOptions{0, 20, 10}, 0);
   double last = 0;
   for (int step = 0; step < steps; ++step) {
-    if (bcd) bcd->begin_step(step);
-    else opt->zero_grad();
+    opt.begin(step);
     std::vector<AuxLoss> aux;
     int64_t targets = 0;
     Tensor task = batch(aux, targets);
     training_loss(task, aux, targets).backward();
-    if (bcd) bcd->finish_step();
-    else opt->step();
+    opt.finish();
     last = task.item();
   }
   set_num_threads(threads);

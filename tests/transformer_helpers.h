@@ -1,8 +1,11 @@
 #pragma once
-// Shared by the model, decoding and trainer tests: a tiny model config and
-// token batches.
+// Shared by the model, decoding, trainer and MPI tests: a tiny model config,
+// token batches and the optimizer of a model of any attention type.
+#include <memory>
 #include <vector>
 
+#include "headroom/models/bcd.h"
+#include "headroom/models/optim.h"
 #include "headroom/models/transformer.h"
 
 namespace headroom::testing {
@@ -36,5 +39,28 @@ inline Tensor counting_rows(uint64_t seed, int64_t step) {
   }
   return token_rows(ids, 2);
 }
+
+// Trains a model with MAE layers by block coordinate descent (`bcd`'s F and
+// G blocks, both at `lr`), any other by AdamW (β 0.9 and 0.98, ε 1e-9).
+class ModelOptimizer {
+ public:
+  ModelOptimizer(Module& model, double lr, BCDOptions bcd, double weight_decay) {
+    auto mae_layers = collect_modules<MAEAttention>(model);
+    if (!mae_layers.empty()) bcd_ = std::make_unique<BlockCoordinateDescent>(model, mae_layers, lr, lr, bcd);
+    else adamw_ = std::make_unique<AdamW>(model.parameters(), lr, 0.9, 0.98, 1e-9, weight_decay);
+  }
+  void begin(int64_t step) {  // before the forward pass
+    if (bcd_) bcd_->begin_step(step);
+    else adamw_->zero_grad();
+  }
+  void finish() {  // after backward (and any gradient averaging and clipping)
+    if (bcd_) bcd_->finish_step();
+    else adamw_->step();
+  }
+
+ private:
+  std::unique_ptr<BlockCoordinateDescent> bcd_;
+  std::unique_ptr<AdamW> adamw_;
+};
 
 }  // namespace headroom::testing

@@ -51,16 +51,10 @@ std::pair<Tensor, Tensor> global_batch(int64_t step) {
 // coordinate descent, the others by AdamW; gradients are clipped after
 // synchronize_gradients, as in the binaries.
 std::vector<double> train(DecoderLM& lm, DataParallel& parallel, const BatchSlice& mine, int steps) {
-  auto mae_layers = collect_modules<MAEAttention>(lm);
-  std::unique_ptr<BlockCoordinateDescent> bcd;
-  std::unique_ptr<AdamW> opt;
-  if (!mae_layers.empty())
-    bcd = std::make_unique<BlockCoordinateDescent>(lm, mae_layers, 3e-3, 3e-3, BCDOptions{0, 4, 3});
-  else opt = std::make_unique<AdamW>(lm.parameters(), 3e-3, 0.9, 0.98, 1e-9, 0.01);
+  testing::ModelOptimizer opt(lm, 3e-3, BCDOptions{0, 4, 3}, 0.01);
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
-    if (bcd) bcd->begin_step(step);
-    else opt->zero_grad();
+    opt.begin(step);
     auto [tokens, labels] = global_batch(step);
     ModelOutput out = lm.forward(tokens.narrow(0, mine.begin, mine.size()).contiguous());
     Tensor task = cross_entropy(out.out, labels.narrow(0, mine.begin, mine.size()).contiguous());
@@ -68,8 +62,7 @@ std::vector<double> train(DecoderLM& lm, DataParallel& parallel, const BatchSlic
     training_loss(task, out.aux_losses, targets).backward();
     parallel.synchronize_gradients(double(targets));
     clip_grad_norm(lm.parameters(), 1.0);
-    if (bcd) bcd->finish_step();
-    else opt->step();
+    opt.finish();
     losses.push_back(parallel.mean(task.item(), double(targets)));
   }
   return losses;
