@@ -28,23 +28,6 @@ constexpr uint64_t kMaxFileBytes = uint64_t(1) << 40;
 // polynomial: Python's zlib.crc32 over the bytes after the header agrees).
 constexpr const char* kChecksumKey = "headroom.data_crc32";
 
-// CRC-32 (reflected polynomial 0xEDB88320), continued from `crc`.
-uint32_t crc32_update(uint32_t crc, const void* data, size_t bytes) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < bytes; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
-
 std::string hex32(uint32_t value) {
   char text[9];
   std::snprintf(text, sizeof text, "%08x", value);
@@ -228,6 +211,23 @@ Tensor read_tensor(std::ifstream& in, uint64_t data_start, const Entry& e, const
 }
 
 }  // namespace
+
+// CRC-32 (reflected polynomial 0xEDB88320), continued from `crc`.
+uint32_t crc32_update(uint32_t crc, const void* data, size_t bytes) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < bytes; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
 
 SafetensorsFile load_safetensors(const std::string& path) {
   const uint64_t file_bytes = regular_file_size(path, kMaxFileBytes, "safetensors");  // no FIFO, device or folder

@@ -44,6 +44,11 @@ struct SafetensorsFile {
 // files from other tools have none) is removed from `metadata`.
 SafetensorsFile load_safetensors(const std::string& path);
 
+// CRC-32 of `bytes` bytes at `data` (zlib's polynomial, as Python's
+// zlib.crc32), continued from `crc` (0 to start): the checksum of the data
+// section above, and of a model's parameters across data-parallel ranks.
+uint32_t crc32_update(uint32_t crc, const void* data, size_t bytes);
+
 // Writes tensors (any device, any strides: CUDA tensors are copied to the
 // host first) in name order, contiguous, after a header
 // padded with spaces to a multiple of 8 bytes, with the CRC-32 of the data

@@ -5,23 +5,15 @@
 
 #include "headroom/core/error.h"
 #include "headroom/core/grad_mode.h"
+#include "headroom/core/safetensors.h"
 #include "headroom/ops/elementwise.h"
 
 namespace headroom {
 
 namespace {
 
-constexpr uint64_t kFnvOffset = 14695981039346656037ull;
-
-uint64_t fnv1a(uint64_t hash, const unsigned char* bytes, size_t count) {
-  for (size_t i = 0; i < count; ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
-  return hash;
-}
-
-// A 64-bit value as two i32 elements, for collectives (which carry tensors).
-Tensor as_i32_pair(uint64_t value) {
-  return Tensor::from_vector<int32_t>({int32_t(uint32_t(value >> 32)), int32_t(uint32_t(value))}, {2});
-}
+// A checksum as a one-element i32 tensor, for the collectives (which carry tensors).
+Tensor as_i32(uint32_t checksum) { return Tensor::from_vector<int32_t>({int32_t(checksum)}, {1}); }
 
 // The gradients of one bucket: consecutive parameters of one dtype and device.
 struct Bucket {
@@ -49,10 +41,12 @@ void reduce_bucket(Communicator& communicator, const Bucket& bucket, double scal
   Tensor flat = Tensor::empty({bucket.elements}, first.dtype(), first.device());
   int64_t offset = 0;
   for (const Tensor& p : bucket.params) {
-    Tensor grad = p.grad().defined() ? p.grad() : Tensor::zeros(p.shape(), p.dtype(), p.device());
-    flat.narrow(0, offset, p.numel()).copy_((grad * scale).reshape({p.numel()}));
+    Tensor slot = flat.narrow(0, offset, p.numel());
+    if (p.grad().defined()) slot.copy_(p.grad().reshape({p.numel()}));
+    else slot.zero_();
     offset += p.numel();
   }
+  flat = flat * scale;
   communicator.all_reduce(flat, ReduceOp::sum);
   offset = 0;
   for (const Tensor& p : bucket.params) {
@@ -72,15 +66,14 @@ BatchSlice batch_slice(int64_t global_rows, int rank, int ranks) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
-uint64_t parameters_checksum(const Module& model) {
-  uint64_t hash = kFnvOffset;
+uint32_t parameters_checksum(const Module& model) {
+  uint32_t crc = 0;
   for (const auto& [name, tensor] : model.state_dict()) {
     const Tensor host = tensor.to(Device::cpu()).contiguous();
-    hash = fnv1a(hash, reinterpret_cast<const unsigned char*>(name.data()), name.size());
-    hash = fnv1a(hash, static_cast<const unsigned char*>(host.raw_data()),
-                 size_t(host.numel()) * dtype_size(host.dtype()));
+    crc = crc32_update(crc, name.data(), name.size());
+    crc = crc32_update(crc, host.raw_data(), size_t(host.numel()) * dtype_size(host.dtype()));
   }
-  return hash;
+  return crc;
 }
 
 DataParallel::DataParallel(Module& model, std::shared_ptr<Communicator> communicator, int64_t bucket_bytes)
@@ -127,13 +120,12 @@ double DataParallel::mean(double value, double weight) const {
   return summed[0] / summed[1];
 }
 
-std::string DataParallel::ranks_differing_from_root(uint64_t hash) const {
-  const Tensor all = communicator_->all_gather(as_i32_pair(hash));  // [size, 2]
-  const int32_t* hashes = all.data<int32_t>();
+std::string DataParallel::ranks_differing_from_root(uint32_t checksum) const {
+  const Tensor all = communicator_->all_gather(as_i32(checksum));  // [size, 1]
+  const int32_t* checksums = all.data<int32_t>();
   std::string differing;
   for (int r = 1; r < size(); ++r)
-    if (hashes[2 * r] != hashes[0] || hashes[2 * r + 1] != hashes[1])
-      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+    if (checksums[r] != checksums[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
   return differing;
 }
 
@@ -144,8 +136,7 @@ void DataParallel::check_parameters_identical() const {
 }
 
 void DataParallel::check_same_on_every_rank(const std::string& what, const std::string& text) const {
-  const uint64_t hash = fnv1a(kFnvOffset, reinterpret_cast<const unsigned char*>(text.data()), text.size());
-  const std::string differing = ranks_differing_from_root(hash);
+  const std::string differing = ranks_differing_from_root(crc32_update(0, text.data(), text.size()));
   HEADROOM_CHECK(differing.empty(), "[DataParallel] the ", what, " of rank(s) ", differing, " differs from rank 0's");
 }
 

@@ -37,10 +37,10 @@ struct BatchSlice {
 // there are fewer rows than ranks.
 BatchSlice batch_slice(int64_t global_rows, int rank, int ranks);
 
-// A 64-bit FNV-1a hash of the parameters' and buffers' bytes in state_dict
-// order: equal on two ranks exactly when their models are bitwise equal (up
-// to a hash collision).
-uint64_t parameters_checksum(const Module& model);
+// The CRC-32 of the parameters' and buffers' names and bytes in state_dict
+// order (crc32_update): equal on two ranks when their models are bitwise
+// equal, and different, but for a 1 in 2^32 chance, when they are not.
+uint32_t parameters_checksum(const Module& model);
 
 class DataParallel {
  public:
@@ -72,7 +72,7 @@ class DataParallel {
   void check_same_on_every_rank(const std::string& what, const std::string& text) const;
 
  private:
-  std::string ranks_differing_from_root(uint64_t hash) const;  // "1, 3", or empty
+  std::string ranks_differing_from_root(uint32_t checksum) const;  // "1, 3", or empty
   Module& model_;
   std::shared_ptr<Communicator> communicator_;
   int64_t bucket_bytes_;
