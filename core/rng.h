@@ -42,11 +42,17 @@ class Generator {
 
   // Reserves n draws and returns the index of the first; callers then use
   // bits_at / uniform_at for their range (possibly in parallel).
-  uint64_t reserve(uint64_t n) {
-    uint64_t first = offset_;
-    offset_ += n;
-    return first;
-  }
+  uint64_t reserve(uint64_t n);
+
+  // Data-parallel training (docs/distributed.md): while a share is set, this
+  // process computes rows [begin, begin + count) of a batch of `total` rows,
+  // and every reserve(n) stands for the whole batch's draws.  n must be
+  // count · per (per draws for each row, rows first, as for every batched
+  // op's draws); reserve returns the index of row `begin`'s first draw and
+  // advances past all `total` rows, so the ranks' draws together are the
+  // draws one process makes for the whole batch.
+  void share_rows(uint64_t begin, uint64_t count, uint64_t total);
+  void clear_row_share() { share_count_ = 0; }
   HEADROOM_HOST_DEVICE uint64_t bits_at(uint64_t i) const { return splitmix64(seed_ * 0x9E3779B97F4A7C15ULL + i); }
   HEADROOM_HOST_DEVICE float uniform_at(uint64_t i) const { return static_cast<float>(bits_at(i) >> 40) * 0x1.0p-24f; }
   HEADROOM_HOST_DEVICE double uniform64_at(uint64_t i) const {
@@ -62,6 +68,7 @@ class Generator {
  private:
   uint64_t seed_;
   uint64_t offset_ = 0;
+  uint64_t share_begin_ = 0, share_count_ = 0, share_total_ = 0;  // share_count_ 0: no share
 };
 
 // The process-wide generator used when an op is not given one.

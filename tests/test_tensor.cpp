@@ -132,6 +132,32 @@ TEST_CASE("rng is counter based, seeded and reproducible") {
   CHECK(*std::max_element(u.begin(), u.end()) < 2);
 }
 
+TEST_CASE("a row share: the ranks' draws for their rows put together are one process's draws for the batch") {
+  // A batch of 5 rows of 3 elements cut as data-parallel ranks cut it: rows [0, 3) and [3, 5).
+  Generator whole(9);
+  const std::vector<float> uniform = Tensor::rand({5, 3}, whole).to_vector<float>();
+  const std::vector<float> normal = Tensor::randn({5, 3}, whole).to_vector<float>();
+  std::vector<float> shared_uniform, shared_normal;
+  uint64_t end_offset = 0;
+  for (const auto& [begin, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 2}}) {
+    Generator part(9);
+    part.share_rows(uint64_t(begin), uint64_t(count), 5);
+    for (float x : Tensor::rand({count, 3}, part).to_vector<float>()) shared_uniform.push_back(x);
+    for (float x : Tensor::randn({count, 3}, part).to_vector<float>()) shared_normal.push_back(x);
+    // 15 uniforms and 30 normal draws: past the whole batch's, whatever the slice.
+    end_offset = part.offset();
+    CHECK(end_offset == whole.offset());
+    CHECK_THROWS_HEADROOM(part.reserve(uint64_t(count) * 3 + 1), "cannot be split over the");
+    part.clear_row_share();
+    CHECK(part.reserve(1) == end_offset);
+  }
+  CHECK(shared_uniform == uniform);
+  CHECK(shared_normal == normal);
+  Generator bad(1);
+  CHECK_THROWS_HEADROOM(bad.share_rows(4, 2, 5), "are not a non-empty part of a batch of 5");
+  CHECK_THROWS_HEADROOM(bad.share_rows(0, 0, 5), "are not a non-empty part");
+}
+
 TEST_CASE("randint: integers low <= v < high, one draw each, seeded, about uniform, in i32, f32 and f64") {
   Generator g1(5), g2(5), g3(6);
   Tensor a = Tensor::randint(-3, 7, {40, 50}, g1);
