@@ -23,6 +23,30 @@ void share_aux_losses(Module& model) {
     if (layer->has_aux_loss()) layer->set_aux_peers(layers_of_kind[layer->kind()]);
 }
 
+Tensor Attention::sum_over_group(const Tensor& t) const {
+  if (!grouped()) return t;
+  Tensor total;
+  {
+    NoGradGuard no_grad;
+    total = t.detach().to(Device::cpu()).clone();
+    statistics_group_->all_reduce(total, ReduceOp::sum);
+    total = total.to(t.device());
+  }
+  return t.requires_grad() ? t + (total - t.detach()) : total;
+}
+
+int64_t Attention::rows_over_group(int64_t rows) const {
+  if (!grouped()) return rows;
+  Tensor total = Tensor::from_vector<double>({double(rows)}, {1});
+  statistics_group_->all_reduce(total, ReduceOp::sum);
+  return int64_t(total.item());
+}
+
+Tensor Attention::mean_over_group(const Tensor& v) const {
+  if (!grouped()) return mean(v, {0});
+  return sum_over_group(sum(v, {0})) / double(rows_over_group(v.size(0)));
+}
+
 KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& project, const Rope& rope) {
   const bool cross = in.memory.defined();
   AttentionCache* cache = in.cache;
@@ -42,12 +66,14 @@ KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& projec
   return {k, v, past};
 }
 
-AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout, bool training) {
+AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout, bool training,
+                                   Generator& generator) {
   AttentionOptions opts;
   opts.causal = in.causal && !in.memory.defined();
   opts.causal_offset = kv.past;
   opts.key_padding_mask = in.key_padding;
   opts.dropout = training ? dropout : 0;
+  opts.generator = &generator;
   return opts;
 }
 

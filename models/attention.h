@@ -7,9 +7,11 @@
 // (undefined: self-attention, S = T); output [B, T, d].
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
+#include "headroom/core/communicator.h"
 #include "headroom/models/module.h"
 #include "headroom/ops/attention.h"
 
@@ -90,6 +92,26 @@ class Attention : public Module {
   // Forward multiply-accumulates of this layer for one sequence of T queries
   // and S keys, counting matmuls only (methods.md §2.9, §3.4).
   virtual int64_t macs(int64_t T, int64_t S, bool causal) const = 0;
+
+  // Data-parallel training (models/data_parallel.h sets it): the ranks whose
+  // batch slices make up the global batch.  In training, a routed layer then
+  // computes its auxiliary loss from statistics over the global batch (the
+  // experts' load and mean gate), so the ranks together train on the one-
+  // process loss (docs/distributed.md); null: this process's batch only.
+  void set_statistics_group(std::shared_ptr<Communicator> group) { statistics_group_ = std::move(group); }
+
+ protected:
+  // Without a group in training these return t, rows and mean(v, {0}).
+  // With one: the sum of t over the ranks, whose gradient flows to this
+  // rank's t (value Σ_r t_r, derivative 1 in t); the ranks' rows added up;
+  // and the mean over every rank's rows of v [rows, ...].
+  Tensor sum_over_group(const Tensor& t) const;
+  int64_t rows_over_group(int64_t rows) const;
+  Tensor mean_over_group(const Tensor& v) const;
+
+ private:
+  bool grouped() const { return statistics_group_ != nullptr && is_training(); }
+  std::shared_ptr<Communicator> statistics_group_;
 };
 
 // Tells every attention layer under `model` how many layers of its kind
@@ -150,8 +172,10 @@ using ProjectKeysValues = std::function<std::pair<Tensor, Tensor>(const Tensor& 
 KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& project, const Rope& rope = {});
 
 // The attention op's options for an input: causal (self-attention only) with
-// the cache offset, key padding, and dropout when training.
-AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout, bool training);
+// the cache offset, key padding, and dropout when training, drawn from
+// `generator`: the model's generator (exact resume, data-parallel row shares).
+AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout, bool training,
+                                   Generator& generator);
 
 // [B, T, h * d_h] <-> [B, h, T, d_h]
 Tensor split_heads(const Tensor& x, int64_t heads);

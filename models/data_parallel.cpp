@@ -6,6 +6,7 @@
 #include "headroom/core/error.h"
 #include "headroom/core/grad_mode.h"
 #include "headroom/core/safetensors.h"
+#include "headroom/models/attention.h"
 #include "headroom/ops/elementwise.h"
 
 namespace headroom {
@@ -81,6 +82,7 @@ DataParallel::DataParallel(Module& model, std::shared_ptr<Communicator> communic
   HEADROOM_CHECK(communicator_ != nullptr, "[DataParallel] got no communicator");
   HEADROOM_CHECK(bucket_bytes_ > 0, "[DataParallel] bucket_bytes must be positive, got ", bucket_bytes_);
   if (size() == 1) return;
+  for (const auto& layer : collect_modules<Attention>(model_)) layer->set_statistics_group(communicator_);
   NoGradGuard no_grad;
   for (auto& entry : model_.state_dict()) {
     Tensor& tensor = entry.second;
@@ -88,6 +90,15 @@ DataParallel::DataParallel(Module& model, std::shared_ptr<Communicator> communic
     communicator_->broadcast(buffer, 0);
     if (!buffer.is_same(tensor)) tensor.copy_(buffer);
   }
+}
+
+DataParallel::~DataParallel() {
+  if (size() == 1) return;
+  for (const auto& layer : collect_modules<Attention>(model_)) layer->set_statistics_group(nullptr);
+}
+
+RowShareScope::RowShareScope(Generator& generator, BatchSlice slice, int64_t global_rows) : generator_(generator) {
+  generator_.share_rows(uint64_t(slice.begin), uint64_t(slice.size()), uint64_t(global_rows));
 }
 
 void DataParallel::synchronize_gradients(double weight) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "headroom/core/communicator.h"
+#include "headroom/core/rng.h"
 #include "headroom/models/module.h"
 
 namespace headroom {
@@ -42,12 +43,33 @@ BatchSlice batch_slice(int64_t global_rows, int rank, int ranks);
 // equal, and different, but for a 1 in 2^32 chance, when they are not.
 uint32_t parameters_checksum(const Module& model);
 
+// While alive, `generator` draws as the ranks' `slice` of a batch of
+// `global_rows` rows (Generator::share_rows): dropout masks and sampled
+// experts of the slices together are those of one process on the whole
+// batch.  For the model generator around each training step.
+class RowShareScope {
+ public:
+  RowShareScope(Generator& generator, BatchSlice slice, int64_t global_rows);
+  ~RowShareScope() { generator_.clear_row_share(); }
+  RowShareScope(const RowShareScope&) = delete;
+  RowShareScope& operator=(const RowShareScope&) = delete;
+
+ private:
+  Generator& generator_;
+};
+
 class DataParallel {
  public:
   // Broadcasts rank 0's parameters and buffers to every rank, so all start
   // equal.  `bucket_bytes`: gradients are all-reduced in buckets of about
   // this many bytes (fewer, larger messages than one per parameter).
+  // With more than one rank it also makes the ranks the statistics group of
+  // every attention layer (Attention::set_statistics_group), so routed
+  // layers' auxiliary losses see the global batch, until it is destroyed.
   DataParallel(Module& model, std::shared_ptr<Communicator> communicator, int64_t bucket_bytes = int64_t(8) << 20);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
 
   Communicator& communicator() const { return *communicator_; }
   int rank() const { return communicator_->rank(); }

@@ -6,7 +6,7 @@
 
 namespace headroom {
 
-MultiHeadAttention::MultiHeadAttention(const MHAConfig& cfg, Generator& gen) : config(cfg) {
+MultiHeadAttention::MultiHeadAttention(const MHAConfig& cfg, Generator& gen) : config(cfg), generator_(&gen) {
   if (config.kv_heads == 0) config.kv_heads = config.heads;
   HEADROOM_CHECK(config.heads > 0 && config.head_dim >= 0, "[MultiHeadAttention] heads (", config.heads,
                  ") must be positive and head_dim (", config.head_dim, ") >= 0");
@@ -46,7 +46,7 @@ Tensor MultiHeadAttention::head_outputs(const AttentionInput& in) {
   Tensor q = queries(in.x);  // checks x
   KeysValues kv = keys_values(in);
   q = rotate_queries(in, kv, q, rope());
-  AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
+  AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training(), *generator_);
   return attention(q, repeat_kv(kv.k, config.heads), repeat_kv(kv.v, config.heads), opts);
 }
 

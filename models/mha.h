@@ -52,6 +52,9 @@ class MultiHeadAttention : public Attention {
   MHAConfig config;  // resolved: kv_heads and head_dim set
   int64_t head_dim;  // d_h (= config.head_dim)
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+
+ protected:
+  Generator* generator_;  // attention dropout
 };
 
 }  // namespace headroom

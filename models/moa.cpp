@@ -148,21 +148,28 @@ MoARouting MoAAttention::route_logits(const Tensor& logits, const Tensor& x_rows
   return r;
 }
 
+// Under a statistics group (data-parallel training) P, f, the z-loss mean and
+// the importance are over the global batch; a loss joining the mean loss is
+// scaled by (global rows / this rank's rows), as the ranks' gradients are
+// averaged with weights proportional to their rows (docs/distributed.md).
 Tensor MoAAttention::aux_loss(const MoARouting& r) const {
   const DType dtype = r.probs.dtype();
   const double E = double(config.num_experts);
   Tensor total = Tensor::zeros({}, dtype, r.probs.device());
   if (config.w_switch != 0) {  // E · Σ_e P_e f_e, pads excluded (their p rows and counts are 0)
-    Tensor load_balance = E * sum(l1_normalise(sum(r.probs, {0})) * l1_normalise(r.counts.to(dtype)));
-    total = total + config.w_switch * load_balance;
+    Tensor P = l1_normalise(sum_over_group(sum(r.probs, {0}))), f = l1_normalise(sum_over_group(r.counts).to(dtype));
+    total = total + config.w_switch * (E * sum(P * f));
   }
   if (config.w_z != 0) {  // mean over all rows, pads included, of logsumexp(z)²
-    total = total + config.w_z * mean(pow(logsumexp(r.logits, {1}), 2.0));
+    total = total + config.w_z * mean_over_group(pow(logsumexp(r.logits, {1}), 2.0));
   }
   if (config.w_cv != 0 && config.num_experts > 1) {  // cv² of the normalised importance Σ_t G_t
-    Tensor importance = l1_normalise(sum(r.chosen, {0}));
+    Tensor importance = l1_normalise(sum_over_group(sum(r.chosen, {0})));
     total = total + config.w_cv * (var(importance, {0}, 1) / (pow(mean(importance), 2.0) + 1e-10));
   }
+  const int64_t rows = r.probs.size(0);
+  if (config.aux_normalisation != MoAAuxNormalisation::reference)
+    total = total * (double(rows_over_group(rows)) / double(rows));
   return total;
 }
 
@@ -213,9 +220,8 @@ MoAAttention::Prepared MoAAttention::prepare(const AttentionInput& in) {
         },
         rope());
   }
-  p.opts = attention_options(in, p.kv, config.attn_dropout, is_training());
+  p.opts = attention_options(in, p.kv, config.attn_dropout, is_training(), *gen_);
   p.opts.scale = 1 / std::sqrt(double(config.head_dim));  // methods.md §2.3 step 7, applied inside the attention op
-  p.opts.generator = gen_;
   return p;
 }
 

@@ -181,9 +181,10 @@ MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& 
 }
 
 Tensor MoHAttention::load_balance(const Routing& routing) const {
+  // Under a statistics group, over the global batch (models/attention.h).
   auto token_mean = [&](const Tensor& v) {  // v [N, E_r] -> [E_r]: over the counted tokens
-    if (!routing.counted.defined()) return mean(v, {0});
-    return sum(v * routing.counted, {0}) / maximum(sum(routing.counted), 1.0);
+    if (!routing.counted.defined()) return mean_over_group(v);
+    return sum_over_group(sum(v * routing.counted, {0})) / maximum(sum_over_group(sum(routing.counted)), 1.0);
   };
   Tensor balance = sum(token_mean(routing.scores) * token_mean(routing.mask));  // Σ_e P_e f_e
   if (moh_config.load_balance == MoHConfig::LoadBalance::code) balance = balance * double(routed_heads());
@@ -194,7 +195,12 @@ AttentionOutput MoHAttention::finish(const Routing& routing, const Tensor& out) 
   AttentionOutput result;
   result.out = out;
   const int64_t shared = moh_config.shared_heads, k = moh_config.routed_k;
-  if (k > 0 && is_training()) result.aux.value = load_balance(routing) * (moh_config.beta / double(aux_peers_));
+  if (k > 0 && is_training()) {
+    // Joins the mean loss: scaled by (global rows / this rank's rows), as MoA's (moa.cpp).
+    const int64_t rows = routing.gates.size(0);
+    const double rank_scale = double(rows_over_group(rows)) / double(rows);
+    result.aux.value = load_balance(routing) * (moh_config.beta / double(aux_peers_) * rank_scale);
+  }
   if (k > 0) result.stats.indices = routing.heads.narrow(1, shared, k).contiguous();
   result.stats.gates = routing.gates.detach().to(DType::f32);
   result.stats.load = sum(k_hot(routing.heads, config.heads, DType::f32), {0});
@@ -233,7 +239,7 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   Tensor token_head_rows = index_select(slot_pairs, 0, plan.order);  // [N*k]
 
   KeysValues kv = keys_values(in);  // every head: all tokens need them
-  AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training());
+  AttentionOptions opts = attention_options(in, kv, config.attn_dropout, is_training(), *generator_);
   Tensor rows = query_rows(tokens, rotate_queries(in, kv, q, rope()), plan, token_head_rows);      // [N*k, d_h]
   Tensor heads = routed_attention(rows, repeat_kv(kv.k, h), repeat_kv(kv.v, h), plan, seq, opts);  // [N*k, d_h]
   // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d],
