@@ -111,6 +111,14 @@ bool launched_by_mpi() {
   return false;
 }
 
+void mpi_abort(int code) {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (initialised && !finalised) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
 std::shared_ptr<Communicator> mpi_world() {
   static std::weak_ptr<Communicator> world;
   std::shared_ptr<Communicator> shared = world.lock();

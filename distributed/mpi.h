@@ -20,4 +20,9 @@ bool launched_by_mpi();
 // abort.
 std::shared_ptr<Communicator> mpi_world();
 
+// Ends every rank of the job now with exit status `code` (MPI_Abort; a plain
+// exit where MPI is not initialised).  For a rank that fails while the
+// others may wait in a collective, where returning would leave them hanging.
+[[noreturn]] void mpi_abort(int code);
+
 }  // namespace headroom

@@ -56,6 +56,24 @@ void reduce_bucket(Communicator& communicator, const Bucket& bucket, double scal
   }
 }
 
+// "1, 3": the ranks whose `checksum` is not rank 0's; empty when all agree.
+std::string ranks_differing_from_root(Communicator& communicator, uint32_t checksum) {
+  const Tensor all = communicator.all_gather(as_i32(checksum));  // [size, 1]
+  const int32_t* checksums = all.data<int32_t>();
+  std::string differing;
+  for (int r = 1; r < communicator.size(); ++r)
+    if (checksums[r] != checksums[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  return differing;
+}
+
+// Names, shapes and dtypes of the state_dict, one entry a line.
+std::string state_layout(const Module& model) {
+  std::string layout;
+  for (const auto& [name, tensor] : model.state_dict())
+    layout += name + " " + shape_str(tensor.shape()) + " " + dtype_name(tensor.dtype()) + "\n";
+  return layout;
+}
+
 }  // namespace
 
 BatchSlice batch_slice(int64_t global_rows, int rank, int ranks) {
@@ -82,6 +100,7 @@ DataParallel::DataParallel(Module& model, std::shared_ptr<Communicator> communic
   HEADROOM_CHECK(communicator_ != nullptr, "[DataParallel] got no communicator");
   HEADROOM_CHECK(bucket_bytes_ > 0, "[DataParallel] bucket_bytes must be positive, got ", bucket_bytes_);
   if (size() == 1) return;
+  check_same_on_every_rank(*communicator_, "model (state_dict names, shapes and dtypes)", state_layout(model_));
   for (const auto& layer : collect_modules<Attention>(model_)) layer->set_statistics_group(communicator_);
   NoGradGuard no_grad;
   for (auto& entry : model_.state_dict()) {
@@ -131,23 +150,15 @@ double DataParallel::mean(double value, double weight) const {
   return summed[0] / summed[1];
 }
 
-std::string DataParallel::ranks_differing_from_root(uint32_t checksum) const {
-  const Tensor all = communicator_->all_gather(as_i32(checksum));  // [size, 1]
-  const int32_t* checksums = all.data<int32_t>();
-  std::string differing;
-  for (int r = 1; r < size(); ++r)
-    if (checksums[r] != checksums[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
-  return differing;
-}
-
 void DataParallel::check_parameters_identical() const {
-  const std::string differing = ranks_differing_from_root(parameters_checksum(model_));
+  if (size() == 1) return;
+  const std::string differing = ranks_differing_from_root(*communicator_, parameters_checksum(model_));
   HEADROOM_CHECK(differing.empty(), "[DataParallel] the parameters of rank(s) ", differing,
                  " differ from rank 0's (checksum); the ranks no longer train one model");
 }
 
-void DataParallel::check_same_on_every_rank(const std::string& what, const std::string& text) const {
-  const std::string differing = ranks_differing_from_root(crc32_update(0, text.data(), text.size()));
+void check_same_on_every_rank(Communicator& communicator, const std::string& what, const std::string& text) {
+  const std::string differing = ranks_differing_from_root(communicator, crc32_update(0, text.data(), text.size()));
   HEADROOM_CHECK(differing.empty(), "[DataParallel] the ", what, " of rank(s) ", differing, " differs from rank 0's");
 }
 

@@ -43,6 +43,11 @@ BatchSlice batch_slice(int64_t global_rows, int rank, int ranks);
 // equal, and different, but for a 1 in 2^32 chance, when they are not.
 uint32_t parameters_checksum(const Module& model);
 
+// Throws naming the ranks whose `text` (e.g. a run's settings) differs from
+// rank 0's (by CRC-32); `what` names it in the message.  A collective: every
+// rank calls it.
+void check_same_on_every_rank(Communicator& communicator, const std::string& what, const std::string& text);
+
 // While alive, `generator` draws as the ranks' `slice` of a batch of
 // `global_rows` rows (Generator::share_rows): dropout masks and sampled
 // experts of the slices together are those of one process on the whole
@@ -60,8 +65,9 @@ class RowShareScope {
 
 class DataParallel {
  public:
-  // Broadcasts rank 0's parameters and buffers to every rank, so all start
-  // equal.  `bucket_bytes`: gradients are all-reduced in buckets of about
+  // Checks that every rank's model has the same state_dict names, shapes
+  // and dtypes, then broadcasts rank 0's parameters and buffers to every
+  // rank, so all start equal.  `bucket_bytes`: gradients are all-reduced in buckets of about
   // this many bytes (fewer, larger messages than one per parameter).
   // With more than one rank it also makes the ranks the statistics group of
   // every attention layer (Attention::set_statistics_group), so routed
@@ -89,12 +95,8 @@ class DataParallel {
   // Throws headroom::Error naming the ranks whose parameters differ from
   // rank 0's (parameters_checksum); cheap, for every checkpoint.
   void check_parameters_identical() const;
-  // Throws naming the ranks whose `text` (e.g. the run's config) differs
-  // from rank 0's; `what` names it in the message.
-  void check_same_on_every_rank(const std::string& what, const std::string& text) const;
 
  private:
-  std::string ranks_differing_from_root(uint32_t checksum) const;  // "1, 3", or empty
   Module& model_;
   std::shared_ptr<Communicator> communicator_;
   int64_t bucket_bytes_;

@@ -26,10 +26,12 @@ ModelConfig counting_config(const std::string& attention) {
 class CountingLmTask : public ModelTask<DecoderLM> {
  public:
   explicit CountingLmTask(const std::string& attention) : ModelTask(counting_config(attention), 5) { build_model(); }
-  StepOutput step(int64_t step) override {
+  int64_t batch_rows(int64_t) const override { return 2; }
+  StepOutput step(int64_t step, BatchSlice rows) override {
     if (step == interrupt_at) std::raise(SIGINT);
-    auto [loss, aux] = forward_loss(batch(step));
-    return {training_loss(loss, aux, 12), loss.item(), 12};
+    auto [loss, aux] = forward_loss(batch(step).narrow(0, rows.begin, rows.size()).contiguous());
+    const int64_t targets = rows.size() * 6;
+    return {training_loss(loss, aux, targets), loss.item(), targets};
   }
   Metrics evaluate() override { return {{"loss", forward_loss(batch(1000)).first.item()}}; }
   std::string unit() const override { return "tok"; }

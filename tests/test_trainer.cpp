@@ -35,14 +35,16 @@ class CountingTask : public TrainTask {
   Module& model() override { return *model_; }
   const ModelConfig& config() const override { return config_; }
   Generator& model_generator() override { return gen_; }
-  StepOutput step(int64_t step) override {
+  int64_t batch_rows(int64_t) const override { return 2; }
+  StepOutput step(int64_t step, BatchSlice rows) override {
     if (step == interrupt_at) std::raise(SIGINT);
-    Tensor tokens = batch(step);
+    Tensor tokens = batch(step).narrow(0, rows.begin, rows.size()).contiguous();
     ModelOutput out = model_->forward(tokens.narrow(1, 0, 6));
     Tensor loss = cross_entropy(out.out.reshape({-1, 8}), tokens.narrow(1, 1, 6).reshape({-1}));
     double value = step == nan_at ? NAN : loss.item();
-    Tensor differentiated = training_loss(loss, out.aux_losses, 12);
-    return {step == huge_gradient_at ? differentiated * 1e30 : differentiated, value, 12};
+    const int64_t targets = rows.size() * 6;
+    Tensor differentiated = training_loss(loss, out.aux_losses, targets);
+    return {step == huge_gradient_at ? differentiated * 1e30 : differentiated, value, targets};
   }
   Metrics evaluate() override {
     Tensor tokens = batch(1000);

@@ -42,10 +42,12 @@ class LmTask : public ModelTask<DecoderLM> {
   std::string unit() const override { return "tok"; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
 
-  StepOutput step(int64_t step) override {
-    Tensor windows = train_batch(step);  // [B, T + 1]
+  int64_t batch_rows(int64_t) const override { return lm_.batch; }
+
+  StepOutput step(int64_t step, BatchSlice rows) override {
+    Tensor windows = train_batch(step).narrow(0, rows.begin, rows.size()).contiguous();  // [rows, T + 1]
     auto [loss, aux] = forward_loss(windows);
-    const int64_t tokens = lm_.batch * lm_.context;
+    const int64_t tokens = rows.size() * lm_.context;
     return {training_loss(loss, aux, tokens), loss.item(), tokens};
   }
 
@@ -160,7 +162,7 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
                           .c_str());
   TrainResult result = train(task, o);
   RunSummary summary = summarize("lm", task.model(), task.config(), o, result, macs_per_token);
-  if (!o.ckpt_dir.empty() && !o.eval_only) {
+  if (writes_run_files(o)) {
     const std::string label = o.ckpt_dir + ", " + task.config().attention.type;
     write_curve_plots(o.ckpt_dir, "bits_per_byte", label);
     if (task.config().attention.type != "mha")

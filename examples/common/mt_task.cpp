@@ -20,9 +20,10 @@ namespace {
 
 using TokenPairs = std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>>;
 
-// Rows of different lengths -> ids i32 [B, L] and padding b8 [B, L] (1 = pad).
-std::pair<Tensor, Tensor> pad_rows(const std::vector<std::vector<int32_t>>& rows) {
-  size_t longest = 0;
+// Rows of different lengths -> ids i32 [B, L] and padding b8 [B, L] (1 = pad),
+// L the longest row or `width` if longer.
+std::pair<Tensor, Tensor> pad_rows(const std::vector<std::vector<int32_t>>& rows, size_t width = 0) {
+  size_t longest = width;
   for (const auto& row : rows) longest = std::max(longest, row.size());
   std::vector<int32_t> ids(rows.size() * longest, Tokenizer::kPad);
   std::vector<uint8_t> padding(rows.size() * longest, 1);
@@ -30,6 +31,18 @@ std::pair<Tensor, Tensor> pad_rows(const std::vector<std::vector<int32_t>>& rows
     for (size_t t = 0; t < rows[r].size(); ++t) ids[r * longest + t] = rows[r][t], padding[r * longest + t] = 0;
   Shape shape{int64_t(rows.size()), int64_t(longest)};
   return {Tensor::from_vector(ids, shape), Tensor::from_vector(padding, shape)};
+}
+
+// A batch's padded lengths: its longest source, and longest target + 1
+// (the decoder's input starts with BOS, its targets end with EOS).
+struct Widths {
+  size_t source = 0, target = 0;
+};
+Widths widths(const TokenPairs& batch) {
+  Widths longest;
+  for (const auto& [src, tgt] : batch)
+    longest.source = std::max(longest.source, src.size()), longest.target = std::max(longest.target, tgt.size() + 1);
+  return longest;
 }
 
 SentencePairs load_pairs(const MtOptions& mt) {
@@ -71,12 +84,18 @@ class MtTask : public ModelTask<EncoderDecoder> {
   const ParallelSplit& split() const { return split_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
 
-  StepOutput step(int64_t step) override {
+  int64_t batch_rows(int64_t) const override { return mt_.batch; }
+
+  // The slice is padded as the whole batch is, so its rows, and the draws
+  // for them, are those of the whole batch.
+  StepOutput step(int64_t step, BatchSlice rows) override {
     Generator picks(seed_ ^ 0x3a7a5e7ULL);
     picks.set_state(picks.seed(), uint64_t(step) * uint64_t(mt_.batch));
     TokenPairs batch;
     for (int64_t b = 0; b < mt_.batch; ++b) batch.push_back(train_[size_t(picks.next_int(int64_t(train_.size())))]);
-    Forward f = forward(batch, mt_.label_smoothing);
+    const Widths whole = widths(batch);
+    batch = TokenPairs(batch.begin() + rows.begin, batch.begin() + rows.end);
+    Forward f = forward(batch, mt_.label_smoothing, whole);
     return {training_loss(f.loss, f.aux, f.target_tokens), f.loss.item(), f.target_tokens};
   }
 
@@ -156,8 +175,9 @@ class MtTask : public ModelTask<EncoderDecoder> {
     int64_t target_tokens;
   };
 
-  // Teacher-forced loss of a batch (mean over target tokens, padding ignored).
-  Forward forward(const TokenPairs& batch, double label_smoothing) {
+  // Teacher-forced loss of a batch (mean over target tokens, padding
+  // ignored), padded to at least `at_least`.
+  Forward forward(const TokenPairs& batch, double label_smoothing, Widths at_least = {}) {
     std::vector<std::vector<int32_t>> src_rows, in_rows, out_rows;
     int64_t target_tokens = 0;
     for (const auto& [src, tgt] : batch) {
@@ -168,11 +188,11 @@ class MtTask : public ModelTask<EncoderDecoder> {
       out_rows.back().push_back(Tokenizer::kEos);
       target_tokens += int64_t(out_rows.back().size());
     }
-    auto [src, src_padding] = pad_rows(src_rows);
-    auto [tgt_in, tgt_padding] = pad_rows(in_rows);
+    auto [src, src_padding] = pad_rows(src_rows, at_least.source);
+    auto [tgt_in, tgt_padding] = pad_rows(in_rows, at_least.target);
     src = on_model_device(src), src_padding = on_model_device(src_padding);
     tgt_in = on_model_device(tgt_in), tgt_padding = on_model_device(tgt_padding);
-    Tensor targets = on_model_device(pad_rows(out_rows).first);
+    Tensor targets = on_model_device(pad_rows(out_rows, at_least.target).first);
     ModelOutput encoded = model_->encode(src, src_padding);
     ModelOutput decoded = model_->decode(tgt_in, encoded.out, src_padding, tgt_padding);
     CrossEntropyOptions ce;
@@ -282,11 +302,11 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
                                     task.typed_model().describe(length, length))
                           .c_str());
   TrainResult result = train(task, o);
-  BleuScore test = test_translations(task, o.eval_only ? "" : o.ckpt_dir);
+  BleuScore test = test_translations(task, writes_run_files(o) ? o.ckpt_dir : "");
   std::printf("test: %s\n", test.to_string().c_str());
   result.eval.emplace_back("test_bleu", test.score);
   RunSummary summary = summarize("mt", task.model(), task.config(), o, result, macs_per_token);
-  if (!o.ckpt_dir.empty() && !o.eval_only) {
+  if (writes_run_files(o)) {
     const std::string label = o.ckpt_dir + ", " + task.config().attention.type;
     write_curve_plots(o.ckpt_dir, "bleu", label);
     if (task.config().attention.type != "mha")

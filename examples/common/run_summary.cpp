@@ -1,12 +1,51 @@
 #include "headroom/examples/common/run_summary.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "headroom/core/threading.h"
 #include "headroom/examples/common/model_options.h"
+#if HEADROOM_HAS_MPI
+#include "headroom/distributed/mpi.h"
+#endif
 
 namespace headroom::examples {
+
+namespace {
+
+// The job's ranks when mpirun or srun started this process, else null; the
+// stdout of ranks past 0 is discarded (rank 0 speaks for the run).
+std::shared_ptr<Communicator> launch_communicator() {
+#if HEADROOM_HAS_MPI
+  if (!launched_by_mpi()) return nullptr;
+  std::shared_ptr<Communicator> world = mpi_world();
+  if (world->rank() > 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+    HEADROOM_FAIL("[train] rank ", world->rank(), " cannot discard its stdout");
+  return world;
+#else
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* size = std::getenv(variable);
+    HEADROOM_CHECK(size == nullptr || std::string(size) == "1", "[train] started as one of ", size,
+                   " MPI ranks, but this build has no MPI part (headroom::mpi): install libopenmpi-dev and "
+                   "rebuild, see docs/distributed.md");
+  }
+  return nullptr;
+#endif
+}
+
+// A failure on one rank of several ends them all: the others may wait in a
+// collective for it.
+void end_job_on_failure(const std::shared_ptr<Communicator>& world, int status) {
+#if HEADROOM_HAS_MPI
+  if (world && world->size() > 1 && status != 0 && status != 130) {
+    std::fflush(stdout), std::fflush(stderr);
+    mpi_abort(status);
+  }
+#endif
+}
+
+}  // namespace
 
 double RunSummary::metric(const std::string& name) const {
   for (const auto& [key, value] : eval)
@@ -27,6 +66,8 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
   s.macs_per_item = macs_per_item;
   s.active_heads = active_head_fraction(model);
   s.items_per_second = result.items_per_second;
+  s.ranks = result.ranks;
+  s.communication_share = result.seconds > 0 ? result.communication_seconds / result.seconds : 0;
   s.peak_bytes = result.peak_bytes;
   s.seconds = result.seconds;
   s.steps = result.last_step;
@@ -36,15 +77,25 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
 }
 
 int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, const std::function<RunSummary()>& run) {
-  return run_main(flags, [&] {
+  std::shared_ptr<Communicator> world;  // held to the end: MPI finalises when the last handle goes
+  const int status = run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
+    world = options.communicator = launch_communicator();
     settle_train_options(flags, options);
     if (options.threads > 0) set_num_threads(options.threads);
     std::printf("%s\n", run_config_table(flags, options).c_str());
-    RunSummary summary = run();
+    RunSummary summary;
+    try {
+      summary = run();
+    } catch (const Error& error) {
+      if (!world || world->size() == 1) throw;
+      HEADROOM_FAIL("rank ", world->rank(), " of ", world->size(), ": ", error.what());
+    }
     std::printf("%s", describe(summary).c_str());
     return summary.interrupted ? 130 : 0;
   });
+  end_job_on_failure(world, status);
+  return status;
 }
 
 std::string model_summary(const RunSummary& s, const std::string& layers) {
@@ -68,6 +119,8 @@ std::string describe(const RunSummary& s) {
   for (const auto& [name, value] : s.eval) out << " " << name << " " << format_metric(name, value);
   out << "\n" << (s.eval_only ? "evaluation " : "training ") << format_seconds(s.seconds);
   if (!s.eval_only) out << " | " << format_si(s.items_per_second) << (s.task == "vit" ? " img/s" : " tok/s");
+  if (!s.eval_only && s.ranks > 1)
+    out << " on " << s.ranks << " ranks (" << format_metric("accuracy", s.communication_share) << " communicating)";
   out << " | peak memory " << format_mib(s.peak_bytes) << "\n";
   return out.str();
 }

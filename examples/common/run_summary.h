@@ -19,9 +19,11 @@ struct RunSummary {
   uint64_t seed = 0;
   Metrics eval;  // the final evaluation, quality metric(s) first
   int64_t parameters = 0;
-  double macs_per_item = 0;  // forward MACs per token (per image for vit)
-  double active_heads = 1;   // active_head_fraction
-  double items_per_second = 0;
+  double macs_per_item = 0;        // forward MACs per token (per image for vit)
+  double active_heads = 1;         // active_head_fraction
+  double items_per_second = 0;     // all ranks together
+  int ranks = 1;                   // data-parallel processes
+  double communication_share = 0;  // of the training time, in the ranks' all-reduces
   size_t peak_bytes = 0;
   double seconds = 0;
   int64_t steps = 0;
@@ -36,7 +38,10 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
 
 // main() of a training binary once its flags are declared: parses them,
 // settles the train flags (settle_train_options), sets the thread count,
-// prints the config table, runs, prints the summary.
+// prints the config table, runs, prints the summary.  Launched by mpirun or
+// srun it trains data-parallel over the job's ranks (docs/distributed.md):
+// rank 0 prints, the others' stdout is discarded, an error names its rank
+// and ends the whole job.
 // Exit status: 0, 130 after Ctrl-C, 2 for bad flags (with the usage), 1 for errors.
 int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, const std::function<RunSummary()>& run);
 

@@ -24,6 +24,10 @@ namespace headroom::examples {
 
 namespace {
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // ---- Ctrl-C ----------------------------------------------------------------
 // The handler only raises a flag; the loop checks it between steps, writes a
 // checkpoint and returns, so nothing is ever half-written.
@@ -164,11 +168,14 @@ void keep_previous_checkpoint(const std::string& dir) {
   HEADROOM_CHECK(!error, "[train] cannot keep ", current, " as ", previous, ": ", error.message());
 }
 
+// Every rank checks the tensors (they are the same on all, so all stop
+// together); `write`: this rank writes the file (rank 0 of a data-parallel run).
 void save_checkpoint(TrainTask& task, const Optimization& optimization, const TrainOptions& o, int64_t step,
-                     const std::string& stop) {
+                     const std::string& stop, bool write) {
   NamedTensors entries = task.model().state_dict();
   for (auto& entry : optimization.state()) entries.push_back(entry);
   check_finite_tensors(entries, step, stop);
+  if (!write) return;
   StringMap metadata = task.config().to_metadata();
   for (const auto& [key, value] : task.metadata()) metadata["task." + key] = value;
   const Generator& gen = task.model_generator();
@@ -270,14 +277,16 @@ void check_metrics(const Metrics& metrics, int64_t step, const std::string& stop
 // checkpoint kept is one that evaluates finite, even after a divergence.
 class TrainingLoop {
  public:
-  TrainingLoop(TrainTask& task, Optimization& optimization, const TrainOptions& o, JsonlLog& log, TrainResult& result)
+  TrainingLoop(TrainTask& task, Optimization& optimization, DataParallel& parallel, const TrainOptions& o,
+               JsonlLog& log, TrainResult& result)
       : task_(task),
         optimization_(optimization),
+        parallel_(parallel),
         o_(o),
         log_(log),
         result_(result),
         schedule_{o.warmup, o.steps, o.min_lr_ratio},
-        progress_(result.first_step, o.steps, task.unit(), o.log_every, !o.quiet),
+        progress_(result.first_step, o.steps, task.unit(), o.log_every, !o.quiet && parallel.rank() == 0),
         saved_step_(o.resume ? result.first_step : -1) {}
 
   void run() {
@@ -288,15 +297,14 @@ class TrainingLoop {
     task_.model().train();
     for (int64_t step = result_.first_step; step < o_.steps && !result_.interrupted; ++step) {
       train_step(step);
-      result_.interrupted = interrupt_requested;  // read once: the save below and the loop agree
       auto side_work = std::chrono::steady_clock::now();
       evaluate_and_save(step + 1);
-      progress_.exclude(std::chrono::duration<double>(std::chrono::steady_clock::now() - side_work).count());
+      progress_.exclude(seconds_since(side_work));
     }
-    result_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result_.seconds = seconds_since(start);
     result_.items_per_second = progress_.items_per_second();
     result_.peak_bytes = memory.memory_stats().peak_bytes;
-    if (!result_.interrupted) return;
+    if (!result_.interrupted || parallel_.rank() != 0) return;
     progress_.finish();
     std::printf("interrupted at step %lld%s%s\n", (long long)result_.last_step,
                 o_.ckpt_dir.empty() ? "" : "; checkpoint written to ", o_.ckpt_dir.c_str());
@@ -305,20 +313,49 @@ class TrainingLoop {
  private:
   std::string stop() const { return stop_note(o_, saved_step_); }
 
+  // What the ranks' step outputs add up to; in one process, the step's own.
+  struct StepTotals {
+    double loss;     // the task loss of the global batch
+    double items;    // its tokens or images
+    bool interrupt;  // Ctrl-C reached some rank: all stop after this step
+  };
+
+  StepTotals sum_over_ranks(const StepOutput& out) {
+    const double weight = double(out.items), interrupt = interrupt_requested ? 1 : 0;  // read once
+    if (parallel_.size() == 1) return {out.task_loss, weight, interrupt > 0};
+    Tensor sums = Tensor::from_vector<double>({out.task_loss * weight, weight, interrupt}, {3});
+    parallel_.communicator().all_reduce(sums, ReduceOp::sum);
+    const double* summed = sums.data<double>();
+    return {summed[0] / summed[1], summed[1], summed[2] > 0};
+  }
+
   void train_step(int64_t step) {
-    optimization_.begin(step);
-    StepOutput out = task_.step(step);
-    check_finite(out.task_loss, "loss", step, stop());
+    const int64_t global_rows = task_.batch_rows(step);
+    const BatchSlice rows = parallel_.slice(global_rows);
+    StepOutput out;
+    {
+      RowShareScope share(task_.model_generator(), rows, global_rows);
+      optimization_.begin(step);
+      out = task_.step(step, rows);
+    }
+    auto communication = std::chrono::steady_clock::now();
+    const StepTotals totals = sum_over_ranks(out);
+    double communication_seconds = seconds_since(communication);
+    check_finite(totals.loss, "loss", step, stop());
     out.loss.backward();
+    communication = std::chrono::steady_clock::now();
+    parallel_.synchronize_gradients(double(out.items));
+    result_.communication_seconds += communication_seconds + seconds_since(communication);
     const double lr_factor = schedule_.factor(step);
     check_finite(optimization_.finish(lr_factor), "gradient norm", step, stop());
-    result_.train_loss.push_back(out.task_loss);
+    result_.train_loss.push_back(totals.loss);
     result_.last_step = step + 1;
+    result_.interrupted = totals.interrupt;
     std::vector<JsonField> fields{
-        {"type", std::string("train")}, {"step", step + 1}, {"loss", out.task_loss}, {"lr", o_.lr * lr_factor}};
+        {"type", std::string("train")}, {"step", step + 1}, {"loss", totals.loss}, {"lr", o_.lr * lr_factor}};
     if (!optimization_.block(step).empty()) fields.emplace_back("block", optimization_.block(step));
     log_.write(fields);
-    progress_.update(step + 1, {{"loss", out.task_loss}, {"lr", o_.lr * lr_factor}}, out.items);
+    progress_.update(step + 1, {{"loss", totals.loss}, {"lr", o_.lr * lr_factor}}, int64_t(totals.items));
   }
 
   // done: the steps taken so far.
@@ -329,15 +366,17 @@ class TrainingLoop {
     if (!save && !last && !(o_.eval_every > 0 && done % o_.eval_every == 0)) return;
     progress_.finish();
     result_.eval = evaluate(task_);
-    log_eval(log_, done, result_.eval, o_.quiet);
+    log_eval(log_, done, result_.eval, o_.quiet || parallel_.rank() != 0);
     check_metrics(result_.eval, done, stop());
     if (!save) return;
-    save_checkpoint(task_, optimization_, o_, done, stop());
+    parallel_.check_parameters_identical();
+    save_checkpoint(task_, optimization_, o_, done, stop(), parallel_.rank() == 0);
     saved_step_ = done;
   }
 
   TrainTask& task_;
   Optimization& optimization_;
+  DataParallel& parallel_;
   const TrainOptions& o_;
   JsonlLog& log_;
   TrainResult& result_;
@@ -359,6 +398,10 @@ StringMap task_metadata(const StringMap& metadata) {
   for (const auto& [key, value] : metadata)
     if (key.rfind("task.", 0) == 0) task[key.substr(5)] = value;
   return task;
+}
+
+bool writes_run_files(const TrainOptions& o) {
+  return !o.ckpt_dir.empty() && !o.eval_only && (!o.communicator || o.communicator->rank() == 0);
 }
 
 std::string checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.safetensors"; }
@@ -477,6 +520,26 @@ std::string run_config_table(const Flags& flags, const TrainOptions& options) {
   return config_table(rows);
 }
 
+namespace {
+
+// What the ranks of a data-parallel run must agree on: every option but
+// the device, threads and quiet (each rank's own), the model config, the
+// task's metadata and the step's batch.
+std::string run_settings(TrainTask& task, const TrainOptions& o, int64_t first_step) {
+  std::ostringstream text;
+  text << "steps " << o.steps << " warmup " << o.warmup << " lr " << o.lr << " min_lr_ratio " << o.min_lr_ratio
+       << " weight_decay " << o.weight_decay << " clip " << o.clip << " gate_lr " << o.gate_lr << " bcd " << o.bcd_warm
+       << "/" << o.bcd_f << "/" << o.bcd_g << " mae_joint " << o.mae_joint << " eval_every " << o.eval_every
+       << " ckpt_every " << o.ckpt_every << " ckpt " << o.ckpt_dir << " resume " << o.resume << " eval_only "
+       << o.eval_only << " seed " << o.seed << " tf32 " << o.tf32 << " from step " << first_step << " batch "
+       << task.batch_rows(first_step) << "\n";
+  for (const auto& [key, value] : task.config().to_metadata()) text << key << "=" << value << "\n";
+  for (const auto& [key, value] : task.metadata()) text << "task." << key << "=" << value << "\n";
+  return text.str();
+}
+
+}  // namespace
+
 TrainResult train(TrainTask& task, const TrainOptions& o) {
   HEADROOM_CHECK(o.steps > 0, "[train] --steps must be positive, got ", o.steps);
   HEADROOM_CHECK(o.warmup >= 0 && o.warmup < o.steps, "[train] --warmup ", o.warmup, " must be below --steps ",
@@ -489,10 +552,17 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
   TrainResult result;
   if (o.resume || o.eval_only) result.first_step = resume_checkpoint(task, optimization, o);
   result.last_step = result.first_step;
-  if (o.resume && !o.quiet)
+  const auto communicator = o.communicator ? o.communicator : std::make_shared<LocalCommunicator>();
+  if (communicator->size() > 1)
+    check_same_on_every_rank(*communicator, "run settings (options, model config, task data)",
+                             run_settings(task, o, result.first_step));
+  DataParallel parallel(task.model(), communicator);
+  result.ranks = parallel.size();
+  const bool lead = parallel.rank() == 0;  // prints; it alone writes files too (writes_run_files)
+  if (o.resume && !o.quiet && lead)
     std::printf("resumed from step %lld of %lld (%s)\n", (long long)result.first_step, (long long)o.steps,
                 checkpoint_path(o.ckpt_dir).c_str());
-  const bool logging = !o.ckpt_dir.empty() && !o.eval_only;
+  const bool logging = writes_run_files(o);
   if (logging) make_run_directory(o.ckpt_dir);
   JsonlLog log = logging ? JsonlLog(o.ckpt_dir + "/log.jsonl", o.resume ? result.first_step : 0) : JsonlLog();
   if (o.eval_only) {
@@ -501,14 +571,14 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
     memory.reset_peak_memory();
     auto start = std::chrono::steady_clock::now();
     result.eval = evaluate(task);
-    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.seconds = seconds_since(start);
     result.peak_bytes = memory.memory_stats().peak_bytes;
-    log_eval(log, result.first_step, result.eval, o.quiet);
+    log_eval(log, result.first_step, result.eval, o.quiet || !lead);
     check_metrics(result.eval, result.first_step,
                   " in " + checkpoint_path(o.ckpt_dir) + " (--eval-only): this checkpoint does not evaluate finite");
     return result;
   }
-  TrainingLoop(task, optimization, o, log, result).run();
+  TrainingLoop(task, optimization, parallel, o, log, result).run();
   return result;
 }
 

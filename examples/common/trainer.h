@@ -19,6 +19,16 @@
 // the BCD block are functions of the step.  So a run stopped at step s and
 // resumed computes the same steps s+1, ... as one that never stopped.
 //
+// Data-parallel training (TrainOptions::communicator, docs/distributed.md):
+// every rank builds the same global batch and computes its own slice of
+// rows, drawing the slice's share of the model generator (RowShareScope);
+// gradients are averaged over the ranks, weighted by their items, before
+// clipping and the update.  The ranks' run settings are compared at the
+// start, their parameters at every checkpoint; every rank evaluates, and
+// rank 0 alone prints, logs and writes checkpoints.  So a run on N ranks
+// trains as one process on the same global batch, up to the order of
+// floating-point sums, and its checkpoints resume on any number of ranks.
+//
 // A checkpoint (DIR/checkpoint.safetensors) holds the model's state_dict, the
 // optimizer state ("optim." entries; MAE's BCD: "expert.optim." and
 // "gate.optim."), and in the metadata the model config, the task's own
@@ -35,10 +45,12 @@
 #include <utility>
 #include <vector>
 
+#include "headroom/core/communicator.h"
 #include "headroom/core/rng.h"
 #include "headroom/core/tensor.h"
 #include "headroom/examples/common/cli.h"
 #include "headroom/models/config.h"
+#include "headroom/models/data_parallel.h"
 #include "headroom/models/module.h"
 
 namespace headroom::examples {
@@ -66,6 +78,8 @@ struct TrainOptions {
   std::string device = "cpu";  // cpu, cuda or cuda:N: the model and every batch go there
   bool tf32 = false;           // CUDA: TF32 tensor-core matmuls (faster, ~1e-3 relative error)
   bool quiet = false;          // no progress lines (compare runs many models)
+  // The ranks of a data-parallel run (e.g. mpi_world()); null: this process alone.
+  std::shared_ptr<Communicator> communicator;
 };
 
 // The flags every binary shares: --steps --warmup --lr --min-lr-ratio
@@ -105,7 +119,7 @@ using Metrics = std::vector<std::pair<std::string, double>>;
 struct StepOutput {
   Tensor loss;       // scalar the loop differentiates (task loss + aux losses)
   double task_loss;  // the task's own loss (nats per target), for logs
-  int64_t items;     // tokens or images in the batch, for throughput
+  int64_t items;     // tokens or images the loss averages over: the gradient's weight, and throughput
 };
 
 class TrainTask {
@@ -115,9 +129,13 @@ class TrainTask {
   virtual const ModelConfig& config() const = 0;
   // The generator behind every random draw of the model (see above).
   virtual Generator& model_generator() = 0;
-  // Builds the batch of `step` (a pure function of the seed and the step)
-  // and runs the forward pass in training mode.
-  virtual StepOutput step(int64_t step) = 0;
+  // The rows (sequences, pairs, images) of the global batch of `step`.
+  virtual int64_t batch_rows(int64_t step) const = 0;
+  // Builds the global batch of `step` (a pure function of the seed and the
+  // step), keeps its `rows` (all of them in one process, this rank's slice
+  // in a data-parallel run) and runs the forward pass on them in training
+  // mode; the output's task_loss and items are those of the rows kept.
+  virtual StepOutput step(int64_t step, BatchSlice rows) = 0;
   // Validation metrics, "loss" first; called in eval mode under NoGradGuard.
   virtual Metrics evaluate() = 0;
   // Extra checkpoint metadata (e.g. the tokenizer), which model_source hands
@@ -154,9 +172,11 @@ struct TrainResult {
   bool interrupted = false;               // stopped by Ctrl-C (a checkpoint was written when --ckpt)
   Metrics eval;                           // the last evaluation (none before the first)
   std::vector<double> train_loss;         // task loss of every step run in this call
-  double items_per_second = 0;            // training throughput of this call (0 for --eval-only)
+  double items_per_second = 0;            // training throughput of this call, all ranks (0 for --eval-only)
   double seconds = 0;
-  size_t peak_bytes = 0;  // peak tensor memory of training (--eval-only: evaluation), on the run's device
+  double communication_seconds = 0;  // of `seconds`: the ranks' all-reduces (0 in one process)
+  int ranks = 1;                     // processes that trained together
+  size_t peak_bytes = 0;             // peak tensor memory of training (--eval-only: evaluation), on the run's device
 };
 
 // Moves the task's model to options.device first (its optimizer state lives
@@ -164,8 +184,15 @@ struct TrainResult {
 // resume on another device).  Throws headroom::Error naming the step and the
 // checkpoint kept for a non-finite loss, gradient norm, validation metric or
 // saved tensor; for --resume from a checkpoint at or past options.steps; and
-// for --eval-only when a metric is not finite.
+// for --eval-only when a metric is not finite.  Data-parallel: also when the
+// ranks' settings (every option but device, threads and quiet; the model
+// config; the task's metadata and batch) or, at a checkpoint, their
+// parameters differ, naming the ranks.  Every rank must call it.
 TrainResult train(TrainTask& task, const TrainOptions& options);
+
+// Whether this process writes the run directory's files (log, plots,
+// reports, checkpoints): a run with --ckpt that trains, on rank 0 only.
+bool writes_run_files(const TrainOptions& options);
 
 // The checkpoint file of a run directory, and the one it replaced.
 std::string checkpoint_path(const std::string& ckpt_dir);

@@ -100,8 +100,13 @@ class VitTask : public ModelTask<ViT> {
     return n / vit_.batch + (n % vit_.batch != 0);  // ceil(n / batch) without n + batch overflowing
   }
 
-  StepOutput step(int64_t step) override {
-    Tensor rows = epoch_rows(step);
+  int64_t batch_rows(int64_t step) const override {
+    const int64_t first = (step % steps_per_epoch()) * vit_.batch;
+    return std::min(vit_.batch, data_.train.images.size(0) - first);  // an epoch's last batch may be short
+  }
+
+  StepOutput step(int64_t step, BatchSlice slice) override {
+    Tensor rows = epoch_rows(step, slice);
     ModelOutput out = model_->forward(on_model_device(index_select(data_.train.images, 0, rows)));
     Tensor loss = cross_entropy(out.out, on_model_device(index_select(data_.train.labels, 0, rows)));
     return {training_loss(loss, out.aux_losses, rows.numel()), loss.item(), rows.numel()};
@@ -143,8 +148,8 @@ class VitTask : public ModelTask<ViT> {
   }
 
  private:
-  // Rows of the training set for `step`: a slice of epoch e's permutation.
-  Tensor epoch_rows(int64_t step) {
+  // Rows of the training set for `step`'s `slice`: a part of epoch e's permutation.
+  Tensor epoch_rows(int64_t step, BatchSlice slice) {
     const int64_t per_epoch = steps_per_epoch(), epoch = step / per_epoch, n = data_.train.images.size(0);
     if (epoch != permutation_epoch_) {
       Generator shuffle(seed_ ^ 0xe90c4ULL);
@@ -155,9 +160,9 @@ class VitTask : public ModelTask<ViT> {
         std::swap(permutation_[size_t(i)], permutation_[size_t(shuffle.next_int(i + 1))]);
       permutation_epoch_ = epoch;
     }
-    const int64_t first = (step % per_epoch) * vit_.batch, count = std::min(vit_.batch, n - first);
+    const int64_t first = (step % per_epoch) * vit_.batch;
     return Tensor::from_vector(
-        std::vector<int32_t>(permutation_.begin() + first, permutation_.begin() + first + count));
+        std::vector<int32_t>(permutation_.begin() + first + slice.begin, permutation_.begin() + first + slice.end));
   }
 
   // Splits a batch's routing statistics by the images' classes.  Rows of
@@ -258,7 +263,7 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
   std::printf("test: accuracy %s, loss %s\nconfusion matrix:\n%s", format_metric("accuracy", test.accuracy).c_str(),
               format_metric("loss", test.loss).c_str(), confusion_text(test.confusion, data.test.class_names).c_str());
   result.eval.emplace_back("test_accuracy", test.accuracy);
-  if (!o.ckpt_dir.empty() && !o.eval_only) {
+  if (writes_run_files(o)) {
     write_file_atomically(o.ckpt_dir + "/confusion.csv", confusion_text(test.confusion, data.test.class_names),
                           "train_vit");
     const std::string label = o.ckpt_dir + ", " + task.config().attention.type;

@@ -142,15 +142,25 @@ TEST_CASE("mpi: a rank whose parameters differ is named") {
   Generator gen(3);
   DecoderLM lm(model_config("mha"), gen);
   DataParallel parallel(lm, world());
-  parallel.check_same_on_every_rank("config", "dim=16");
+  check_same_on_every_rank(*world(), "config", "dim=16");
   {
     NoGradGuard no_grad;
     if (world()->rank() == 1) lm.parameters().front().fill_(0.5);
   }
   CHECK_THROWS_WITH_AS(parallel.check_parameters_identical(), doctest::Contains("parameters of rank(s) 1 differ"),
                        Error);
-  CHECK_THROWS_WITH_AS(parallel.check_same_on_every_rank("config", "rank " + std::to_string(world()->rank())),
+  CHECK_THROWS_WITH_AS(check_same_on_every_rank(*world(), "config", "rank " + std::to_string(world()->rank())),
                        doctest::Contains("the config of rank(s) 1 differs from rank 0's"), Error);
+}
+
+TEST_CASE("mpi: ranks whose models differ in shape are refused before the broadcast") {
+  Generator gen(3);
+  ModelConfig config = model_config("mha");
+  if (world()->rank() == 1) config.decoder_layers += 1;
+  DecoderLM lm(config, gen);
+  CHECK_THROWS_WITH_AS(DataParallel(lm, world()),
+                       doctest::Contains("the model (state_dict names, shapes and dtypes) of rank(s) 1 differs"),
+                       Error);
 }
 
 // Run by tests/mpi/killed_rank.sh with --no-skip: rank 1 dies in the middle
