@@ -159,7 +159,7 @@ void DataParallel::check_parameters_identical() const {
 
 void check_same_on_every_rank(Communicator& communicator, const std::string& what, const std::string& text) {
   const std::string differing = ranks_differing_from_root(communicator, crc32_update(0, text.data(), text.size()));
-  HEADROOM_CHECK(differing.empty(), "[DataParallel] the ", what, " of rank(s) ", differing, " differs from rank 0's");
+  HEADROOM_CHECK(differing.empty(), "[DataParallel] rank(s) ", differing, " disagree with rank 0 on the ", what);
 }
 
 }  // namespace headroom

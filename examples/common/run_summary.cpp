@@ -81,18 +81,20 @@ int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, co
   const int status = run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
     world = options.communicator = launch_communicator();
-    settle_train_options(flags, options);
-    if (options.threads > 0) set_num_threads(options.threads);
-    std::printf("%s\n", run_config_table(flags, options).c_str());
-    RunSummary summary;
     try {
-      summary = run();
+      settle_train_options(flags, options);
+      if (options.threads > 0) set_num_threads(options.threads);
+      std::printf("%s\n", run_config_table(flags, options).c_str());
+      RunSummary summary = run();
+      std::printf("%s", describe(summary).c_str());
+      return summary.interrupted ? 130 : 0;
+    } catch (const UsageError&) {
+      throw;  // the same on every rank
     } catch (const Error& error) {
       if (!world || world->size() == 1) throw;
-      HEADROOM_FAIL("rank ", world->rank(), " of ", world->size(), ": ", error.what());
+      throw Error("rank " + std::to_string(world->rank()) + " of " + std::to_string(world->size()) + ": " +
+                  error.what());
     }
-    std::printf("%s", describe(summary).c_str());
-    return summary.interrupted ? 130 : 0;
   });
   end_job_on_failure(world, status);
   return status;
