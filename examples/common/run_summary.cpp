@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "headroom/config.h"
 #include "headroom/core/threading.h"
 #include "headroom/examples/common/model_options.h"
 #if HEADROOM_HAS_MPI
