@@ -10,19 +10,37 @@
 #if HEADROOM_HAS_MPI
 #include "headroom/distributed/mpi.h"
 #endif
+#if HEADROOM_HAS_NCCL
+#include "headroom/distributed/nccl.h"
+#endif
 
 namespace headroom::examples {
 
 namespace {
 
+#if HEADROOM_HAS_MPI
+// Ranks on CUDA talk through NCCL, one GPU each; --device cuda (no index)
+// picks the rank's GPU on its machine.
+std::shared_ptr<Communicator> cuda_ranks(std::shared_ptr<Communicator> world, TrainOptions& options) {
+#if HEADROOM_HAS_NCCL
+  if (options.device == "cuda") options.device = local_cuda_device().str();
+  return nccl_world(std::move(world), Device::parse(options.device));
+#else
+  HEADROOM_FAIL("[train] --device ", options.device, " on ", world->size(),
+                " ranks needs the NCCL part (headroom::nccl), which this build lacks; see docs/distributed.md");
+#endif
+}
+#endif
+
 // The job's ranks when mpirun or srun started this process, else null; the
 // stdout of ranks past 0 is discarded (rank 0 speaks for the run).
-std::shared_ptr<Communicator> launch_communicator() {
+std::shared_ptr<Communicator> launch_communicator(TrainOptions& options) {
 #if HEADROOM_HAS_MPI
   if (!launched_by_mpi()) return nullptr;
   std::shared_ptr<Communicator> world = mpi_world();
   if (world->rank() > 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
     HEADROOM_FAIL("[train] rank ", world->rank(), " cannot discard its stdout");
+  if (world->size() > 1 && Device::parse(options.device).is_cuda()) return cuda_ranks(world, options);
   return world;
 #else
   for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
@@ -81,7 +99,7 @@ int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, co
   std::shared_ptr<Communicator> world;  // held to the end: MPI finalises when the last handle goes
   const int status = run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
-    world = options.communicator = launch_communicator();
+    world = options.communicator = launch_communicator(options);
     try {
       settle_train_options(flags, options);
       if (options.threads > 0) set_num_threads(options.threads);
