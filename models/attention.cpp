@@ -1,5 +1,6 @@
 #include "headroom/models/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -52,18 +53,43 @@ KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& projec
   AttentionCache* cache = in.cache;
   if (cache && cross && cache->k.defined()) return {cache->k, cache->v, 0};
   auto [k, v] = project(cross ? in.memory : in.x);  // [B, h_kv, S_new, d_h]
-  const bool appending = cache && !cross && cache->k.defined();
-  const int64_t past = appending ? cache->length() : 0;
+  const int64_t past = cache && !cross ? cache->length() : 0;
   if (rope.applies_to(in)) k = rotary_embedding(k, past, rope.theta);
-  if (appending) {
-    HEADROOM_CHECK(cache->k.size(0) == k.size(0) && cache->k.size(1) == k.size(1) && cache->k.size(3) == k.size(3),
-                   "[attention] cache holds keys of shape ", shape_str(cache->k.shape()),
-                   " but the new keys have shape ", shape_str(k.shape()));
-    k = cat({cache->k, k}, 2);
-    v = cat({cache->v, v}, 2);
+  if (!cache) return {k, v, past};
+  if (cross) cache->k = k, cache->v = v;
+  else cache->append(k, v);
+  return {cache->k, cache->v, past};
+}
+
+void AttentionCache::append(const Tensor& k_new, const Tensor& v_new) {
+  const int64_t past = length(), total = past + k_new.size(2);
+  if (k.defined())
+    HEADROOM_CHECK(k.size(0) == k_new.size(0) && k.size(1) == k_new.size(1) && k.size(3) == k_new.size(3) &&
+                       k.dtype() == k_new.dtype() && k.device() == k_new.device(),
+                   "[attention] cache holds keys of shape ", shape_str(k.shape()), " but the new keys have shape ",
+                   shape_str(k_new.shape()));
+  if (total > capacity()) {  // doubling: each position is copied O(1) times over a decode
+    Shape shape = k_new.shape();
+    shape[2] = std::max(total, 2 * capacity());
+    Tensor k_grown = Tensor::empty(shape, k_new.dtype(), k_new.device());
+    Tensor v_grown = Tensor::empty(shape, v_new.dtype(), v_new.device());
+    if (past > 0) k_grown.narrow(2, 0, past).copy_(k), v_grown.narrow(2, 0, past).copy_(v);
+    k_storage_ = k_grown, v_storage_ = v_grown;
   }
-  if (cache) cache->k = k, cache->v = v;
-  return {k, v, past};
+  k_storage_.narrow(2, past, k_new.size(2)).copy_(k_new);
+  v_storage_.narrow(2, past, v_new.size(2)).copy_(v_new);
+  k = k_storage_.narrow(2, 0, total), v = v_storage_.narrow(2, 0, total);
+}
+
+void AttentionCache::reorder(const Tensor& rows) {
+  auto select = [&](Tensor& t) {
+    if (t.defined()) t = index_select(t, 0, rows.to(t.device()));
+  };
+  select(extra);
+  if (!k_storage_.defined()) return select(k), select(v);  // cross-attention: whole tensors
+  const int64_t kept = length();
+  select(k_storage_), select(v_storage_);
+  k = k_storage_.narrow(2, 0, kept), v = v_storage_.narrow(2, 0, kept);
 }
 
 AttentionOptions attention_options(const AttentionInput& in, const KeysValues& kv, double dropout, bool training,

@@ -17,16 +17,29 @@
 
 namespace headroom {
 
-// Per-layer state for incremental (token by token) decoding.  Self-attention
-// appends the new tokens' keys and values; cross-attention computes them once
-// from the memory and reuses them.  Methods that need more state (MAE's
-// running prefix sum) keep it in `extra`.
+// Per-layer state for incremental (token by token) decoding, for inference
+// (under NoGradGuard).  Self-attention appends the new tokens' keys and
+// values in place: they are written into preallocated storage that doubles
+// when full, so a decode of L tokens copies O(L) cache entries, not O(L²),
+// and k and v are views of the storage's valid prefix, which the CPU
+// attention kernel reads in place.  Cross-attention computes its keys and
+// values once from the memory and reuses them.  Methods that need more
+// state (MAE's running prefix sum) keep it in `extra`.
 struct AttentionCache {
   Tensor k, v;   // [B, h_kv, S_so_far, d_h], undefined before the first call
   Tensor extra;  // method-specific running state (see each method)
   int64_t extra_count = 0;
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
-  void clear() { k = v = extra = Tensor(), extra_count = 0; }
+  // Positions the storage holds before it must grow (0 for cross-attention).
+  int64_t capacity() const { return k_storage_.defined() ? k_storage_.size(2) : 0; }
+  // k_new, v_new [B, h_kv, S_new, d_h] after the cached ones.
+  void append(const Tensor& k_new, const Tensor& v_new);
+  // Beam search: row b becomes row rows[b] (i32 [B'] on any device).
+  void reorder(const Tensor& rows);
+  void clear() { k = v = extra = k_storage_ = v_storage_ = Tensor(), extra_count = 0; }
+
+ private:
+  Tensor k_storage_, v_storage_;  // [B, h_kv, capacity, d_h]; k, v are their first length() positions
 };
 
 struct AttentionInput {

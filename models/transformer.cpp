@@ -56,11 +56,8 @@ Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dt
 }
 
 void DecoderCache::reorder(const Tensor& rows) {
-  auto select = [&](Tensor& t) {
-    if (t.defined()) t = index_select(t, 0, rows.to(t.device()));
-  };
   for (auto* caches : {&self, &cross})
-    for (AttentionCache& c : *caches) select(c.k), select(c.v), select(c.extra);
+    for (AttentionCache& c : *caches) c.reorder(rows);
 }
 
 // ---- the block -------------------------------------------------------------------

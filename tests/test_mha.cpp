@@ -89,6 +89,35 @@ TEST_CASE("MHA decoding with a KV cache equals the full forward") {
   CHECK(cross_cache.length() == 4);
 }
 
+TEST_CASE("the KV cache appends in place: storage doubles, stays O(L), and survives a beam reorder") {
+  // 40 single-token steps after a 3-token prompt cross the doublings 3 → 6 → 12 → 24 → 48.
+  Generator gen(16);
+  MultiHeadAttention m({16, 4, 2}, gen);
+  Tensor x = Tensor::randn({2, 43, 16}, gen);
+  NoGradGuard no_grad;
+  Tensor full = m.forward({x, Tensor(), true}).out;
+  AttentionCache cache;
+  std::vector<int64_t> capacities;
+  for (int64_t start = 0, length = 3; start < 43; start += length, length = 1) {
+    AttentionInput in{x.narrow(1, start, length), Tensor(), true};
+    in.cache = &cache;
+    CHECK_CLOSE(m.forward(in).out, full.narrow(1, start, length), 1e-5);
+    CHECK(cache.capacity() < 2 * cache.length() + 1);  // O(L) memory
+    if (capacities.empty() || capacities.back() != cache.capacity()) capacities.push_back(cache.capacity());
+  }
+  CHECK(capacities == std::vector<int64_t>{3, 6, 12, 24, 48});  // a copy of the cache per doubling only
+  CHECK(cache.k.shape() == Shape{2, 2, 43, 4});
+  CHECK(!cache.k.is_contiguous());  // a view of the storage's valid prefix
+  // Beam search's reorder: rows swapped, the next step sees the swapped keys.
+  Tensor swapped_x = cat({x.narrow(0, 1, 1), x.narrow(0, 0, 1)}, 0);
+  cache.reorder(Tensor::from_vector<int32_t>({1, 0}, {2}));
+  Tensor next = Tensor::randn({2, 1, 16}, gen);
+  AttentionInput in{next, Tensor(), true};
+  in.cache = &cache;
+  CHECK_CLOSE(m.forward(in).out, m.forward({cat({swapped_x, next}, 1), Tensor(), true}).out.narrow(1, 43, 1), 1e-5);
+  CHECK(cache.length() == 44);
+}
+
 TEST_CASE("MHA gradcheck through every parameter and the input (f64)") {
   Generator gen(7);
   MultiHeadAttention m({8, 2, 1}, gen);
