@@ -64,13 +64,7 @@ void add_flags(examples::Flags& flags, Options& o) {
 
 // The lengths of --seq, then the smoke mode's shapes.
 void finish_options(Options& o) {
-  for (const std::string& item : examples::split_list(o.seq)) {
-    std::optional<int64_t> length = examples::parse_int64(item);
-    if (!length || *length < 1 || *length > kMaxSeq)
-      throw examples::UsageError("--seq expects comma-separated lengths in [1, 65536], got '" + o.seq + "'");
-    o.seqs.push_back(*length);
-  }
-  if (o.seqs.empty()) throw examples::UsageError("--seq names no length");
+  o.seqs = examples::parse_int_list("seq", o.seq, 1, kMaxSeq);
   if (o.smoke) o.iters = 1, o.batch = 1, o.seqs = {32}, o.host_rounds = std::min(o.host_rounds, 4);
 }
 

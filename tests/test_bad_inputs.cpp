@@ -368,9 +368,16 @@ TEST_CASE("bad inputs: the benchmarks refuse bad flags with status 2 and time a 
                   {{"--iters", "x"}, 2, "--iters expects an integer"},
                   {{"--iters", "0"}, 2, "--iters"},
                   {{"--threads", "4294967297"}, 2, "--threads"},
-                  {{"--seq", "16,abc"}, 2, "--seq expects comma-separated lengths"},
+                  {{"--seq", "16,abc"}, 2, "--seq expects comma-separated integers in [1, 65536]"},
                   {{"--seq", "99999999999"}, 2, "--seq"},
                   {{"--by-host-state", "-1"}, 2, "--by-host-state"},
+              },
+              data.dir);
+  check_table("bench_decode",
+              {
+                  {{"--batch", "1,x"}, 2, "--batch expects comma-separated integers in [1, 4096]"},
+                  {{"--context", ""}, 2, "--context names no value"},
+                  {{"--iters", "0"}, 2, "--iters"},
               },
               data.dir);
   check_table("bench_ops",

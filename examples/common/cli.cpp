@@ -107,6 +107,19 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
+  std::vector<int64_t> values;
+  for (const std::string& item : split_list(text)) {
+    std::optional<int64_t> value = parse_int64(item);
+    if (!value || *value < lo || *value > hi)
+      throw UsageError("--" + flag + " expects comma-separated integers in [" + std::to_string(lo) + ", " +
+                       std::to_string(hi) + "], got '" + text + "'");
+    values.push_back(*value);
+  }
+  if (values.empty()) throw UsageError("--" + flag + " names no value");
+  return values;
+}
+
 Flags::Flags(std::string program, std::string summary) : program_(std::move(program)), summary_(std::move(summary)) {}
 
 void Flags::add_flag(Flag flag) {

@@ -48,6 +48,10 @@ std::optional<uint64_t> parse_uint64(const std::string& text);  // digits only
 // The non-empty items of a comma-separated list: "a,,b" -> {a, b}.
 std::vector<std::string> split_list(const std::string& text);
 
+// The integers of --`flag`'s comma-separated `text`, each in [lo, hi], at
+// least one; throws UsageError naming the flag otherwise.
+std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text, int64_t lo, int64_t hi);
+
 class Flags {
  public:
   Flags(std::string program, std::string summary);
