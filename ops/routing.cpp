@@ -258,6 +258,9 @@ template <typename T> cpu::GroupedRows<T> grouped_rows(const Rows& x) {
 // The grouped GEMM on segments given by offsets [E + 1], w: [E, in, out]:
 //   x: [R, in] -> x[seg e] · w[e]: [R, out];  transpose_w: x: [R, out] -> x[seg e] · w[e]ᵀ: [R, in]
 Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64_t rows, bool transpose_w) {
+  // A weight that is the transpose of a contiguous [E, out, in] (MoH's W_q by head) is read as it lies,
+  // not copied: at decode the copy cost more than the product (docs/performance.md, "Decoding").
+  if (!w.is_contiguous() && w.t().is_contiguous()) return segment_gemm(x, w.t(), offsets, rows, !transpose_w);
   const int64_t in = w.size(1), out_features = w.size(2);
   const Shape out_shape = {rows, transpose_w ? in : out_features};
   // BLAS rejects zero leading dimensions; an empty product is all zeros.
