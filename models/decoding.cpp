@@ -164,12 +164,12 @@ Generated generate(Stepper& stepper, const Tensor& prefix, const GenerateOptions
     std::vector<double> flat = logits.to_vector<double>();
     const size_t V = logp[0].size();
     for (size_t n = 0; n < N; ++n) {
-      int32_t token = int32_t(opts.eos);  // finished rows are fed eos, which nobody reads
+      int32_t token = int32_t(std::max<int64_t>(opts.eos, 0));  // a finished row is fed eos (or 0): nobody reads it
       if (!finished[n]) {
         token = choose(std::vector<double>(flat.begin() + n * V, flat.begin() + (n + 1) * V));
         result.tokens[n].push_back(token);
         result.scores[n] += logp[n][token];
-        finished[n] = token == opts.eos;
+        finished[n] = token == opts.eos || (opts.on_token && !opts.on_token(int64_t(n), token));
       }
       rows[n].push_back(token);
     }

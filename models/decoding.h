@@ -12,6 +12,7 @@
 // device, the cache stays there, and each step's logits come to the host,
 // where the tokens are chosen.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "headroom/core/rng.h"
@@ -23,6 +24,11 @@ struct GenerateOptions {
   int64_t max_new = 32;   // new tokens at most
   int64_t eos = -1;       // end-of-sequence id; -1 = none (always max_new tokens)
   bool use_cache = true;  // false recomputes the whole prefix every step (the reference in tests)
+  // Streaming (greedy and sample): called with each new token of batch row
+  // `row` as soon as it is chosen, rows in order within a step; returning
+  // false ends that row there (the token stays its last).  Beam search
+  // knows its tokens only at the end and does not call it.
+  std::function<bool(int64_t row, int32_t token)> on_token;
 };
 
 struct Generated {

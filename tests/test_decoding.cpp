@@ -181,6 +181,37 @@ TEST_CASE("beam search with a wide beam finds the brute-force best of all sequen
   }
 }
 
+TEST_CASE("streaming: on_token sees every token as it is chosen, rows in order, and can end a row") {
+  Models f;
+  Tensor prompt = ids({1, 2, 3, 4}, 2);
+  GenerateOptions opts;
+  opts.max_new = 6;
+  std::vector<std::pair<int64_t, int32_t>> streamed;
+  opts.on_token = [&](int64_t row, int32_t token) {
+    streamed.emplace_back(row, token);
+    return !(row == 1 && streamed.size() == 4);  // row 1 ends at its second token
+  };
+  Generator gen(5);
+  Generated out = sample(f.lm, prompt, 2.0, 0, gen, opts);
+  REQUIRE(out.tokens[0].size() == 6);
+  REQUIRE(out.tokens[1].size() == 2);
+  std::vector<std::pair<int64_t, int32_t>> expected;  // step by step: row 0, then row 1 while it lives
+  for (size_t step = 0; step < 6; ++step) {
+    expected.emplace_back(0, out.tokens[0][step]);
+    if (step < 2) expected.emplace_back(1, out.tokens[1][step]);
+  }
+  CHECK(streamed == expected);
+  // Without the stop, the run is the same up to it (after it, a stopped row draws no more, as one
+  // ended by eos, so row 0's later draws shift).
+  GenerateOptions plain;
+  plain.max_new = 6;
+  Generator again(5);
+  Generated whole = sample(f.lm, prompt, 2.0, 0, again, plain);
+  CHECK(std::vector<int32_t>(whole.tokens[0].begin(), whole.tokens[0].begin() + 3) ==
+        std::vector<int32_t>(out.tokens[0].begin(), out.tokens[0].begin() + 3));
+  CHECK(std::vector<int32_t>(whole.tokens[1].begin(), whole.tokens[1].begin() + 2) == out.tokens[1]);
+}
+
 TEST_CASE("sampling: top_k = 1 is greedy; samples stay in the top k; a seed reproduces a run") {
   Models f;
   Tensor prompt = ids({1, 2, 3, 4}, 2), prefix = ids({0, 0}, 2);

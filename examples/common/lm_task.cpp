@@ -125,14 +125,21 @@ void print_sample(LmTask& task, const LmOptions& lm, uint64_t seed) {
   Generator sampler(seed + 7);
   GenerateOptions options;
   options.max_new = lm.generate;
+  options.on_token = [&](int64_t, int32_t token) {  // each byte as it is sampled
+    const std::string piece = task.tokenizer().decode({token});
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  };
+  std::printf("\n--- sample (temperature %g, top-k %lld) ---\n%s", lm.temperature, (long long)lm.top_k,
+              lm.prompt.c_str());
   const auto start = std::chrono::steady_clock::now();
   Generated out = sample(task.typed_model(), Tensor::from_vector(prompt, {1, int64_t(prompt.size())}), lm.temperature,
                          lm.top_k, sampler, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const size_t tokens = out.tokens[0].size();
-  std::printf("\n--- sample (temperature %g, top-k %lld; %zu tokens in %.2f s, %s tok/s) ---\n%s%s\n---\n",
-              lm.temperature, (long long)lm.top_k, tokens, seconds, format_si(double(tokens) / seconds).c_str(),
-              lm.prompt.c_str(), task.tokenizer().decode(out.tokens[0]).c_str());
+  std::printf("\n--- (%zu tokens in %.2f s, %s tok/s) ---\n", tokens, seconds,
+              format_si(double(tokens) / seconds).c_str());
 }
 
 }  // namespace
