@@ -300,13 +300,16 @@ TEST_CASE("MoA decoding with the single-head KV cache equals the full forward") 
   NoGradGuard no_grad;
   AttentionOutput full_self = m.forward({x, Tensor(), true});
   AttentionOutput full_cross = m.forward({x, memory});
-  AttentionCache self_cache, cross_cache;
+  AttentionCache self_cache, cross_cache, dense_cache;
   for (int64_t t = 0; t < 6; ++t) {
     Tensor step = x.narrow(1, t, 1);
     AttentionInput self_in{step, Tensor(), true};
     self_in.cache = &self_cache;
     AttentionOutput self_step = m.forward(self_in);
     CHECK_CLOSE(self_step.out, full_self.out.narrow(1, t, 1), 1e-6);
+    AttentionInput dense_in{step, Tensor(), true};  // routed decode ≡ the dense-masked decode
+    dense_in.cache = &dense_cache;
+    CHECK_CLOSE(self_step.out, m.forward_dense_reference(dense_in).out, 1e-6);
     // Routing depends only on the current token.
     for (int64_t b = 0; b < 2; ++b)
       CHECK(self_step.stats.indices.select(0, b).to_vector<int32_t>() ==

@@ -267,13 +267,15 @@ TEST_CASE("MoH decoding with a KV cache equals the full forward [checklist 7]") 
     NoGradGuard no_grad;
     for (bool cross : {false, true}) {
       AttentionInput whole{x, cross ? memory : Tensor(), !cross};
-      AttentionCache cache;
+      AttentionCache cache, dense_cache;
       std::vector<Tensor> pieces;
       for (auto [start, length] : {std::pair<int64_t, int64_t>{0, 1}, {1, 2}, {3, 3}}) {
         AttentionInput chunk = whole;
         chunk.x = x.narrow(1, start, length);
         chunk.cache = &cache;
         pieces.push_back(m.forward(chunk).out);
+        chunk.cache = &dense_cache;  // routed decode ≡ the dense-masked decode
+        CHECK_CLOSE(pieces.back(), m.forward_dense_reference(chunk).out, 1e-5, 1e-5);
       }
       CHECK_CLOSE(cat(pieces, 1), m.forward(whole).out, 1e-5, 1e-5);
       CHECK(cache.length() == (cross ? 4 : 6));
