@@ -24,28 +24,24 @@ void share_aux_losses(Module& model) {
     if (layer->has_aux_loss()) layer->set_aux_peers(layers_of_kind[layer->kind()]);
 }
 
-Tensor Attention::sum_over_group(const Tensor& t) const {
-  if (!grouped()) return t;
-  Tensor total;
+std::vector<Tensor> Attention::sum_over_group(const std::vector<Tensor>& parts) const {
+  if (!grouped()) return parts;
+  Tensor packed;  // [Σ numel], f64 on the host: every part in one message
   {
     NoGradGuard no_grad;
-    total = t.detach().to(Device::cpu()).clone();
-    statistics_group_->all_reduce(total, ReduceOp::sum);
-    total = total.to(t.device());
+    std::vector<Tensor> flat;
+    for (const Tensor& part : parts) flat.push_back(part.detach().to(Device::cpu()).to(DType::f64).reshape({-1}));
+    packed = cat(flat, 0).contiguous();
+    statistics_group_->all_reduce(packed, ReduceOp::sum);
   }
-  return t.requires_grad() ? t + (total - t.detach()) : total;
-}
-
-int64_t Attention::rows_over_group(int64_t rows) const {
-  if (!grouped()) return rows;
-  Tensor total = Tensor::from_vector<double>({double(rows)}, {1});
-  statistics_group_->all_reduce(total, ReduceOp::sum);
-  return int64_t(total.item());
-}
-
-Tensor Attention::mean_over_group(const Tensor& v) const {
-  if (!grouped()) return mean(v, {0});
-  return sum_over_group(sum(v, {0})) / double(rows_over_group(v.size(0)));
+  std::vector<Tensor> totals;
+  int64_t offset = 0;
+  for (const Tensor& part : parts) {
+    Tensor total = packed.narrow(0, offset, part.numel()).reshape(part.shape()).to(part.dtype()).to(part.device());
+    offset += part.numel();
+    totals.push_back(part.requires_grad() ? part + (total - part.detach()) : total);
+  }
+  return totals;
 }
 
 KeysValues keys_values(const AttentionInput& in, const ProjectKeysValues& project, const Rope& rope) {

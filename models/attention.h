@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "headroom/core/communicator.h"
 #include "headroom/models/module.h"
@@ -114,13 +115,11 @@ class Attention : public Module {
   void set_statistics_group(std::shared_ptr<Communicator> group) { statistics_group_ = std::move(group); }
 
  protected:
-  // Without a group in training these return t, rows and mean(v, {0}).
-  // With one: the sum of t over the ranks, whose gradient flows to this
-  // rank's t (value Σ_r t_r, derivative 1 in t); the ranks' rows added up;
-  // and the mean over every rank's rows of v [rows, ...].
-  Tensor sum_over_group(const Tensor& t) const;
-  int64_t rows_over_group(int64_t rows) const;
-  Tensor mean_over_group(const Tensor& v) const;
+  // The statistics of a routed layer's auxiliary loss over the global batch,
+  // in one all-reduce per call.  Without a group in training: `parts` as they
+  // are.  With one: each part summed over the ranks, its gradient flowing to
+  // this rank's part (value Σ_r t_r, derivative 1 in t).
+  std::vector<Tensor> sum_over_group(const std::vector<Tensor>& parts) const;
 
  private:
   bool grouped() const { return statistics_group_ != nullptr && is_training(); }

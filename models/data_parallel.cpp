@@ -142,12 +142,17 @@ void DataParallel::synchronize_gradients(double weight) {
     reduce_bucket(*communicator_, bucket, weight / total_weight);
 }
 
-double DataParallel::mean(double value, double weight) const {
-  Tensor sums = Tensor::from_vector<double>({value * weight, weight}, {2});
+std::vector<double> DataParallel::sum(const std::vector<double>& values) const {
+  if (size() == 1) return values;
+  Tensor sums = Tensor::from_vector<double>(values, {int64_t(values.size())});
   communicator_->all_reduce(sums, ReduceOp::sum);
-  const double* summed = sums.data<double>();
-  HEADROOM_CHECK(summed[1] > 0, "[DataParallel] the ranks' weights add up to ", summed[1]);
-  return summed[0] / summed[1];
+  return sums.to_vector<double>();
+}
+
+double DataParallel::mean(double value, double weight) const {
+  const std::vector<double> sums = sum({value * weight, weight});
+  HEADROOM_CHECK(sums[1] > 0, "[DataParallel] the ranks' weights add up to ", sums[1]);
+  return sums[0] / sums[1];
 }
 
 void DataParallel::check_parameters_identical() const {

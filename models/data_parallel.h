@@ -89,7 +89,10 @@ class DataParallel {
   // keeps none; one only some ranks have gets zeros on the others first.
   void synchronize_gradients(double weight = 1);
 
-  // The global mean of a per-rank value weighted as above (e.g. the loss).
+  // Each value summed over the ranks, in one all-reduce (e.g. a loss times
+  // its items, the items, a stop flag); and the global mean of a per-rank
+  // value weighted as above (e.g. the loss).
+  std::vector<double> sum(const std::vector<double>& values) const;
   double mean(double value, double weight = 1) const;
 
   // Throws headroom::Error naming the ranks whose parameters differ from

@@ -180,27 +180,28 @@ MoHAttention::Routing MoHAttention::route_tokens(const Tensor& x, const Tensor& 
   return routing;
 }
 
+// Σ_e P_e f_e over the counted tokens, scaled to join the mean loss as MoA's
+// is (moa.cpp): under a statistics group, over the global batch, with the
+// rank's share (global rows / this rank's rows) in one all-reduce.
 Tensor MoHAttention::load_balance(const Routing& routing) const {
-  // Under a statistics group, over the global batch (models/attention.h).
-  auto token_mean = [&](const Tensor& v) {  // v [N, E_r] -> [E_r]: over the counted tokens
-    if (!routing.counted.defined()) return mean_over_group(v);
-    return sum_over_group(sum(v * routing.counted, {0})) / maximum(sum_over_group(sum(routing.counted)), 1.0);
-  };
-  Tensor balance = sum(token_mean(routing.scores) * token_mean(routing.mask));  // Σ_e P_e f_e
+  const int64_t rows = routing.gates.size(0);
+  const DType dtype = routing.scores.dtype();
+  const Device device = routing.scores.device();
+  const Tensor counted = routing.counted.defined() ? routing.counted : Tensor::ones({rows, 1}, dtype, device);
+  // Σ_t w_t s_t, Σ_t w_t m_t [E_r]; Σ_t w_t and the rows, with w the counted tokens.
+  const std::vector<Tensor> sums = sum_over_group({sum(routing.scores * counted, {0}), sum(routing.mask * counted, {0}),
+                                                   sum(counted), Tensor::full({}, double(rows), dtype, device)});
+  const Tensor tokens = maximum(sums[2], 1.0);
+  Tensor balance = sum((sums[0] / tokens) * (sums[1] / tokens));
   if (moh_config.load_balance == MoHConfig::LoadBalance::code) balance = balance * double(routed_heads());
-  return balance;
+  return balance * (sums[3] / double(rows));
 }
 
 AttentionOutput MoHAttention::finish(const Routing& routing, const Tensor& out) const {
   AttentionOutput result;
   result.out = out;
   const int64_t shared = moh_config.shared_heads, k = moh_config.routed_k;
-  if (k > 0 && is_training()) {
-    // Joins the mean loss: scaled by (global rows / this rank's rows), as MoA's (moa.cpp).
-    const int64_t rows = routing.gates.size(0);
-    const double rank_scale = double(rows_over_group(rows)) / double(rows);
-    result.aux.value = load_balance(routing) * (moh_config.beta / double(aux_peers_) * rank_scale);
-  }
+  if (k > 0 && is_training()) result.aux.value = load_balance(routing) * (moh_config.beta / double(aux_peers_));
   if (k > 0) result.stats.indices = routing.heads.narrow(1, shared, k).contiguous();
   result.stats.gates = routing.gates.detach().to(DType::f32);
   result.stats.load = sum(k_hot(routing.heads, config.heads, DType::f32), {0});

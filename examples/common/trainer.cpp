@@ -323,10 +323,8 @@ class TrainingLoop {
   StepTotals sum_over_ranks(const StepOutput& out) {
     const double weight = double(out.items), interrupt = interrupt_requested ? 1 : 0;  // read once
     if (parallel_.size() == 1) return {out.task_loss, weight, interrupt > 0};
-    Tensor sums = Tensor::from_vector<double>({out.task_loss * weight, weight, interrupt}, {3});
-    parallel_.communicator().all_reduce(sums, ReduceOp::sum);
-    const double* summed = sums.data<double>();
-    return {summed[0] / summed[1], summed[1], summed[2] > 0};
+    const std::vector<double> sums = parallel_.sum({out.task_loss * weight, weight, interrupt});
+    return {sums[0] / sums[1], sums[1], sums[2] > 0};
   }
 
   void train_step(int64_t step) {

@@ -101,8 +101,7 @@ class VitTask : public ModelTask<ViT> {
   }
 
   int64_t batch_rows(int64_t step) const override {
-    const int64_t first = (step % steps_per_epoch()) * vit_.batch;
-    return std::min(vit_.batch, data_.train.images.size(0) - first);  // an epoch's last batch may be short
+    return std::min(vit_.batch, data_.train.images.size(0) - first_row(step));  // an epoch's last batch may be short
   }
 
   StepOutput step(int64_t step, BatchSlice slice) override {
@@ -148,9 +147,12 @@ class VitTask : public ModelTask<ViT> {
   }
 
  private:
+  // Where `step`'s batch starts in its epoch's permutation.
+  int64_t first_row(int64_t step) const { return (step % steps_per_epoch()) * vit_.batch; }
+
   // Rows of the training set for `step`'s `slice`: a part of epoch e's permutation.
   Tensor epoch_rows(int64_t step, BatchSlice slice) {
-    const int64_t per_epoch = steps_per_epoch(), epoch = step / per_epoch, n = data_.train.images.size(0);
+    const int64_t epoch = step / steps_per_epoch(), n = data_.train.images.size(0);
     if (epoch != permutation_epoch_) {
       Generator shuffle(seed_ ^ 0xe90c4ULL);
       shuffle.set_state(shuffle.seed(), uint64_t(epoch) * uint64_t(n));
@@ -160,7 +162,7 @@ class VitTask : public ModelTask<ViT> {
         std::swap(permutation_[size_t(i)], permutation_[size_t(shuffle.next_int(i + 1))]);
       permutation_epoch_ = epoch;
     }
-    const int64_t first = (step % per_epoch) * vit_.batch;
+    const int64_t first = first_row(step);
     return Tensor::from_vector(
         std::vector<int32_t>(permutation_.begin() + first + slice.begin, permutation_.begin() + first + slice.end));
   }
