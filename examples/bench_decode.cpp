@@ -47,19 +47,23 @@ struct Method {
   AttentionCache cache;
 };
 
+struct Kind {
+  const char* name;
+  const char* type;
+  StringMap options;
+};
+const std::vector<Kind>& kinds() {
+  static const std::vector<Kind> list{{"MHA", "mha", {}},
+                                      {"MoH ρ=0.5", "moh", {{"shared_heads", "2"}, {"routed_k", "2"}}},
+                                      {"MoH ρ=0.75", "moh", {{"shared_heads", "2"}, {"routed_k", "4"}}},
+                                      {"MoA E=8 k=2", "moa", {{"experts", "8"}, {"k", "2"}, {"head_dim", "64"}}},
+                                      {"MAE", "mae", {}}};
+  return list;
+}
+
 std::vector<Method> methods(Generator& gen, Device device) {
-  struct Kind {
-    const char* name;
-    const char* type;
-    StringMap options;
-  };
-  const Kind kinds[] = {{"MHA", "mha", {}},
-                        {"MoH ρ=0.5", "moh", {{"shared_heads", "2"}, {"routed_k", "2"}}},
-                        {"MoH ρ=0.75", "moh", {{"shared_heads", "2"}, {"routed_k", "4"}}},
-                        {"MoA E=8 k=2", "moa", {{"experts", "8"}, {"k", "2"}, {"head_dim", "64"}}},
-                        {"MAE", "mae", {}}};
   std::vector<Method> list;
-  for (const Kind& kind : kinds) {
+  for (const Kind& kind : kinds()) {
     ModelConfig config;
     config.dim = kDim, config.heads = kHeads, config.max_len = 1 << 20;
     config.attention = AttentionSpec(kind.type, kind.options);
@@ -95,19 +99,62 @@ int64_t cache_bytes(const AttentionCache& cache) {
   return (cache.k.numel() + cache.v.numel()) * int64_t(dtype_size(cache.k.dtype()));
 }
 
-// GB/s of an in-place add over 64 MiB arrays (reads 2, writes 1).
-double memory_bandwidth(Device device) {
-  Tensor x = Tensor::zeros({16 << 20}).to(device), y = Tensor::ones({16 << 20}).to(device);
-  auto add = [&] {
-    add_(x, y);
-    wait_for(device);
-  };
-  std::vector<double> ms;
-  for (int i = 0; i < 7; ++i) ms.push_back(time_ms(add, 1));
-  return 3.0 * double(x.numel()) * 4 / (median(ms) * 1e6);
+// Reads x (f32, contiguous, on the CPU) once: a sum in 32 independent lanes,
+// so the loads, not the additions' latency, set the pace.
+float read_once(const Tensor& x) {
+  constexpr int64_t kLanes = 32;
+  const float* data = x.data<float>();
+  float lanes[kLanes] = {};
+  const int64_t n = x.numel() / kLanes * kLanes;
+  for (int64_t i = 0; i < n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += data[i + j];
+  float total = 0;
+  for (float lane : lanes) total += lane;
+  return total;
 }
 
-void bench_shape(const Options& o, int64_t batch, int64_t context, Device device, double gb_per_s) {
+// MHA's attention op alone (one query per head against the cache), timed
+// interleaved with a read of 64 MiB that gives the memory bandwidth of the
+// moment, so each pair's bound (the cache's bytes read once at that rate)
+// sees the same neighbours as its op.  On the CPU the read is read_once, one
+// thread like the op at --threads 1; on a GPU, an in-place add (reads 2,
+// writes 1), which runs at the device's bandwidth.
+struct OpAgainstBound {
+  double op_ms = 0, bound_ms = 0, ratio = 0, gb_per_s = 0;  // medians; ratio: over pairs
+};
+
+OpAgainstBound mha_op_against_bound(const Options& o, const Method& mha, Generator& gen, Device device) {
+  const int64_t batch = mha.cache.k.size(0);
+  Tensor q = Tensor::randn({batch, kHeads, 1, kDim / kHeads}, gen).to(device);
+  AttentionOptions causal;
+  causal.causal = true, causal.causal_offset = mha.cache.length() - 1;
+  auto op = [&] {
+    attention(q, mha.cache.k, mha.cache.v, causal);
+    wait_for(device);
+  };
+  Tensor x = Tensor::ones({16 << 20}).to(device), y = Tensor::zeros({16 << 20}).to(device);
+  const double probe_bytes = (device.is_cpu() ? 1.0 : 3.0) * double(x.numel()) * 4;
+  auto probe = [&] {
+    if (device.is_cpu()) {
+      const float total = read_once(x);
+      do_not_optimize(&total);
+    } else {
+      add_(y, x);
+      wait_for(device);
+    }
+  };
+  const double bytes = double(cache_bytes(mha.cache));
+  const Comparison c = time_interleaved(op, probe, std::max(o.iters, 3), 1, 2);
+  OpAgainstBound r;
+  r.gb_per_s = probe_bytes / (c.b_ms * 1e6);
+  r.op_ms = c.a_ms;
+  r.bound_ms = bytes / (r.gb_per_s * 1e6);
+  r.ratio = c.median_pair_time_ratio * probe_bytes / bytes;  // (op / probe) · (the probe's bytes / the cache's)
+  return r;
+}
+
+// The median ms per step of each method, by the order of methods().
+std::vector<double> bench_shape(const Options& o, int64_t batch, int64_t context, Device device) {
   Generator gen(3);
   std::vector<Method> list = methods(gen, device);
   for (Method& m : list) fill_cache(m, batch, context, gen, device);
@@ -126,19 +173,8 @@ void bench_shape(const Options& o, int64_t batch, int64_t context, Device device
       const double ms = time_ms(step, 1);
       if (i >= 2) times[j].push_back(ms);  // the first two warm up
     }
-  // MHA's attention op alone: one query per head against the cache.
   Method& mha = list[0];
-  Tensor q = Tensor::randn({batch, kHeads, 1, kDim / kHeads}, gen).to(device);
-  AttentionOptions causal;
-  causal.causal = true, causal.causal_offset = mha.cache.length() - 1;
-  auto core = [&] {
-    attention(q, mha.cache.k, mha.cache.v, causal);
-    wait_for(device);
-  };
-  std::vector<double> core_ms;
-  for (int i = 0; i < o.iters + 2; ++i) core_ms.push_back(time_ms(core, 1));
-  core_ms.erase(core_ms.begin(), core_ms.begin() + 2);
-  const double bound_ms = double(cache_bytes(mha.cache)) / (gb_per_s * 1e6);
+  const OpAgainstBound core = mha_op_against_bound(o, mha, gen, device);
   // The baseline: no cache, the forward of all L + 1 tokens for the last one.
   std::string recompute = "—";
   if (batch * context <= kMaxRecomputeTokens) {
@@ -154,18 +190,37 @@ void bench_shape(const Options& o, int64_t batch, int64_t context, Device device
   Table table("Decoding one token, B = " + std::to_string(batch) + ", L = " + std::to_string(context) + ", " +
                   (device.is_cpu() ? std::to_string(num_threads()) + " thread(s)" : device.str()),
               {"method", "ms / token step", "tokens/s", "vs MHA", "cache MiB"});
-  const double mha_ms = median(times[0]);
+  std::vector<double> medians;
+  for (const auto& t : times) medians.push_back(median(t));
   for (size_t j = 0; j < list.size(); ++j) {
-    const double ms = median(times[j]);
+    const double ms = medians[j];
     table.row({list[j].name, format("%.3f", ms) + format(" (IQR %.0f%%)", 100 * relative_iqr(times[j])),
-               format("%.0f", double(batch) * 1e3 / ms), format("%.2f", ms / mha_ms),
+               format("%.0f", double(batch) * 1e3 / ms), format("%.2f", ms / medians[0]),
                format("%.2f", double(cache_bytes(list[j].cache)) / (1 << 20))});
   }
   table.print();
   std::printf(
       "\nMHA: attention op %.3f ms against the cache-read bound %.3f ms (%.1fx; %.1f GB/s); "
       "recompute everything: %s per token\n",
-      median(core_ms), bound_ms, median(core_ms) / bound_ms, gb_per_s, recompute.c_str());
+      core.op_ms, core.bound_ms, core.ratio, core.gb_per_s, recompute.c_str());
+  return medians;
+}
+
+// Per batch size, each method's ms per step against L, with µs per cached
+// token in brackets: growth linear in L keeps the bracket flat or falling
+// (a fixed cost spread over more tokens); a quadratic term makes it climb.
+void print_growth(int64_t batch, const std::vector<int64_t>& contexts, const std::vector<std::vector<double>>& ms) {
+  if (contexts.size() < 2) return;
+  std::vector<std::string> columns{"method"};
+  for (int64_t L : contexts) columns.push_back("L = " + std::to_string(L));
+  Table table("Time per step against L, B = " + std::to_string(batch) + ": ms (µs per cached token)", columns);
+  for (size_t j = 0; j < kinds().size(); ++j) {
+    std::vector<std::string> cells{kinds()[j].name};
+    for (size_t c = 0; c < contexts.size(); ++c)
+      cells.push_back(format("%.3f", ms[c][j]) + format(" (%.2f)", 1e3 * ms[c][j] / double(contexts[c])));
+    table.row(cells);
+  }
+  table.print();
 }
 
 }  // namespace
@@ -186,9 +241,11 @@ int main(int argc, char** argv) {
     if (o.smoke) o.iters = 1, batches = {1}, contexts = {16};
     if (o.threads > 0) set_num_threads(o.threads);
     const Device device = examples::training_device(o.device);
-    const double gb_per_s = memory_bandwidth(device);
-    for (int64_t batch : batches)
-      for (int64_t context : contexts) bench_shape(o, batch, context, device, gb_per_s);
+    for (int64_t batch : batches) {
+      std::vector<std::vector<double>> ms;  // [context][method]
+      for (int64_t context : contexts) ms.push_back(bench_shape(o, batch, context, device));
+      print_growth(batch, contexts, ms);
+    }
     return 0;
   });
 }

@@ -17,16 +17,17 @@
 
 namespace headroom::testing {
 
-// True when every |a - b| <= atol + rtol * |b|; otherwise a message with the
-// first few mismatches and the max difference.
+// True when every |a - b| <= atol + rtol * |b| (equal infinities match, as
+// in numpy's allclose); otherwise a message with the first few mismatches
+// and the max difference.
 inline std::string compare(const std::vector<double>& a, const std::vector<double>& b, double atol, double rtol) {
   if (a.size() != b.size()) return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
   std::ostringstream os;
   double max_diff = 0;
   int shown = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    double diff = std::abs(a[i] - b[i]);
-    bool bad = !(diff <= atol + rtol * std::abs(b[i]));  // NaN counts as bad
+    double diff = a[i] == b[i] ? 0 : std::abs(a[i] - b[i]);  // inf - inf would be NaN
+    bool bad = !(diff <= atol + rtol * std::abs(b[i]));      // NaN counts as bad
     if (bad && shown < 5) {
       os << "  [" << i << "] got " << a[i] << " expected " << b[i] << "\n";
       ++shown;

@@ -146,35 +146,46 @@ TEST_CASE("attention f32 forward equals the materialised loop over multi-tile sh
 }
 
 TEST_CASE("cpu::attention forward and backward equal the reference kernel: masks, dropout, h_kv = 1, row_of") {
-  // Multi-tile: T = 70 > kQueryTile, S = 100 > kKeyBlock.
-  const int64_t B = 2, h = 2, T = 70, S = 100, d = 8;
-  for (int64_t h_kv : {int64_t(2), int64_t(1)}) {
-    CAPTURE(h_kv);
-    Tensor q = random({B, h, T, d}, 60), k = random({B, h_kv, S, d}, 61), v = random({B, h_kv, S, d}, 62);
-    Tensor dout = random({B, h, T, d}, 63);
-    AttentionOptions o;
-    o.causal = true, o.causal_offset = 20, o.dropout = 0.2;
-    std::vector<uint8_t> pad(B * S, 0);
-    pad[3] = pad[S + 50] = 1;
-    kernels::AttentionProblem p = dense_problem(q, k, o, pad, 9, 4);
-    std::vector<int32_t> row_of(B * h * T);  // the caller's rows in reverse
-    for (size_t i = 0; i < row_of.size(); ++i) row_of[i] = int32_t(row_of.size() - 1 - i);
-    p.row_of = row_of.data();
-    std::vector<Tensor> fast, ref;
-    for (bool use_ref : {false, true}) {
-      std::vector<Tensor>& r = use_ref ? ref : fast;
-      Tensor out = Tensor::empty(q.shape(), DType::f64), lse = Tensor::empty({B * h * T}, DType::f64);
-      Tensor dq = Tensor::empty(q.shape(), DType::f64), dk = Tensor::empty(k.shape(), DType::f64),
-             dv = Tensor::empty(k.shape(), DType::f64);
-      auto fwd = use_ref ? reference::attention_forward<double> : cpu::attention_forward<double>;
-      auto bwd = use_ref ? reference::attention_backward<double> : cpu::attention_backward<double>;
-      fwd(p, q.data<double>(), k.data<double>(), v.data<double>(), out.data<double>(), lse.data<double>());
-      bwd(p, q.data<double>(), k.data<double>(), v.data<double>(), out.data<double>(), lse.data<double>(),
-          dout.data<double>(), dq.data<double>(), dk.data<double>(), dv.data<double>());
-      r = {out, lse, dq, dk, dv};
+  // Multi-tile: T = 70 > kQueryTile, S = 100 > kKeyBlock.  T <= kFewRows
+  // (a decoding step: all keys at once) and T = 5 (blocked), with an offset
+  // that hides rows and a batch whose keys are all padded (rows see no key).
+  const int64_t B = 2, h = 2, S = 100, d = 8;
+  struct Case {
+    int64_t T, offset;
+    bool batch_1_padded;
+  };
+  for (const Case& c :
+       {Case{70, 20, false}, Case{1, S - 1, false}, Case{3, S - 3, true}, Case{4, -2, false}, Case{5, S - 5, true}})
+    for (int64_t h_kv : {int64_t(2), int64_t(1)}) {
+      const int64_t T = c.T;
+      CAPTURE(T);
+      CAPTURE(h_kv);
+      Tensor q = random({B, h, T, d}, 60), k = random({B, h_kv, S, d}, 61), v = random({B, h_kv, S, d}, 62);
+      Tensor dout = random({B, h, T, d}, 63);
+      AttentionOptions o;
+      o.causal = true, o.causal_offset = c.offset, o.dropout = 0.2;
+      std::vector<uint8_t> pad(B * S, 0);
+      pad[3] = pad[S + 50] = 1;
+      if (c.batch_1_padded) std::fill(pad.begin() + S, pad.end(), uint8_t(1));
+      kernels::AttentionProblem p = dense_problem(q, k, o, pad, 9, 4);
+      std::vector<int32_t> row_of(B * h * T);  // the caller's rows in reverse
+      for (size_t i = 0; i < row_of.size(); ++i) row_of[i] = int32_t(row_of.size() - 1 - i);
+      p.row_of = row_of.data();
+      std::vector<Tensor> fast, ref;
+      for (bool use_ref : {false, true}) {
+        std::vector<Tensor>& r = use_ref ? ref : fast;
+        Tensor out = Tensor::empty(q.shape(), DType::f64), lse = Tensor::empty({B * h * T}, DType::f64);
+        Tensor dq = Tensor::empty(q.shape(), DType::f64), dk = Tensor::empty(k.shape(), DType::f64),
+               dv = Tensor::empty(k.shape(), DType::f64);
+        auto fwd = use_ref ? reference::attention_forward<double> : cpu::attention_forward<double>;
+        auto bwd = use_ref ? reference::attention_backward<double> : cpu::attention_backward<double>;
+        fwd(p, q.data<double>(), k.data<double>(), v.data<double>(), out.data<double>(), lse.data<double>());
+        bwd(p, q.data<double>(), k.data<double>(), v.data<double>(), out.data<double>(), lse.data<double>(),
+            dout.data<double>(), dq.data<double>(), dk.data<double>(), dv.data<double>());
+        r = {out, lse, dq, dk, dv};
+      }
+      for (int i = 0; i < 5; ++i) CHECK_CLOSE(fast[i], ref[i], 1e-12, 1e-12);
     }
-    for (int i = 0; i < 5; ++i) CHECK_CLOSE(fast[i], ref[i], 1e-12, 1e-12);
-  }
 }
 
 TEST_CASE("attention: explicit scale, dropout mask from the generator, and a fully masked row is 0") {

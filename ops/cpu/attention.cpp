@@ -21,6 +21,16 @@ namespace {
 
 template <typename T> constexpr T kInf = std::numeric_limits<T>::infinity();
 
+// y[m or n] = alpha * op(A) · x + beta * y, A [m, n] row-major, on the calling thread.
+void gemv(bool trans, int64_t m, int64_t n, float alpha, const float* a, int64_t lda, const float* x, float beta,
+          float* y) {
+  cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, int(m), int(n), alpha, a, int(lda), x, 1, beta, y, 1);
+}
+void gemv(bool trans, int64_t m, int64_t n, double alpha, const double* a, int64_t lda, const double* x, double beta,
+          double* y) {
+  cblas_dgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, int(m), int(n), alpha, a, int(lda), x, 1, beta, y, 1);
+}
+
 // C[m, n] = alpha * op(A) * op(B) + beta * C, row-major, on the calling thread.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -82,6 +92,7 @@ template <typename T> struct Scratch {
   std::vector<T> dropped = std::vector<T>(kQueryTile * kKeyBlock);  // backward: P after dropout
   std::vector<T> row_max = std::vector<T>(kQueryTile);
   std::vector<T> row_sum = std::vector<T>(kQueryTile);  // forward: softmax sums; backward: D
+  std::vector<T> all_scores;                            // forward_few_rows: [rows, S], grown on use
 };
 
 // The caller's row for kernel row r.
@@ -108,13 +119,10 @@ template <typename T> void store_rows(const AttentionProblem& p, const Tile<T>& 
   for (int64_t i = 0; i < tile.rows; ++i) std::copy_n(rows + i * d, d, x + caller_row(p, tile.row0 + i) * d);
 }
 
-// scores[rows, n] = scale * Q_tile · K[s0 : s0+n]ᵀ, with -inf where the key is
-// hidden from the row (after its causal limit, or padded).  q_rows: the
-// tile's queries, [rows, d_h].
+// -inf in scores [rows, n] (keys [s0, s0 + n)) where the key is hidden from
+// the row: after its causal limit, or padded.
 template <typename T>
-void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q_rows, int64_t s0, int64_t n, T* scores) {
-  const int64_t d = p.d_h, ld = p.kv_strides[2];
-  gemm(false, true, tile.rows, n, d, T(p.scale), q_rows, d, tile.k + s0 * ld, ld, T(0), scores, n);
+void mask_scores(const AttentionProblem& p, const Tile<T>& tile, int64_t s0, int64_t n, T* scores) {
   const uint8_t* padded = p.key_padding ? p.key_padding + tile.batch * p.num_keys + s0 : nullptr;
   for (int64_t i = 0; i < tile.rows; ++i) {
     T* row = scores + i * n;
@@ -123,6 +131,15 @@ void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q_ro
     if (padded)
       for (int64_t j = 0; j < n; ++j) row[j] = padded[j] ? -kInf<T> : row[j];
   }
+}
+
+// scores[rows, n] = scale * Q_tile · K[s0 : s0+n]ᵀ, masked.  q_rows: the
+// tile's queries, [rows, d_h].
+template <typename T>
+void masked_scores(const AttentionProblem& p, const Tile<T>& tile, const T* q_rows, int64_t s0, int64_t n, T* scores) {
+  const int64_t d = p.d_h, ld = p.kv_strides[2];
+  gemm(false, true, tile.rows, n, d, T(p.scale), q_rows, d, tile.k + s0 * ld, ld, T(0), scores, n);
+  mask_scores(p, tile, s0, n, scores);
 }
 
 // y[rows, n] = x with the tile's dropout mask applied (dropped → 0, kept ×
@@ -176,9 +193,61 @@ template <typename T> Tile<T> rows_seeing(const AttentionProblem& p, const Tile<
   return live;
 }
 
+// The end of a forward tile: divides each accumulated row [d] by its softmax
+// sum (a row that saw no key stays 0), writes lse and the rows to `out`.
+template <typename T>
+void finish_rows(const AttentionProblem& p, const Tile<T>& tile, T* acc, const Scratch<T>& s, T* out, T* lse) {
+  const int64_t d = p.d_h;
+  for (int64_t i = 0; i < tile.rows; ++i) {
+    const T sum = s.row_sum[i];
+    const T inv = sum > 0 ? T(1) / sum : T(0);
+    for (int64_t c = 0; c < d; ++c) acc[i * d + c] *= inv;
+    lse[caller_row(p, tile.row0 + i)] = sum > 0 ? s.row_max[i] + std::log(sum) : kInf<T>;
+  }
+  store_rows(p, tile, acc, out);
+}
+
+// A tile of at most kFewRows rows (a decoding step's query, MoA's k experts
+// of one token) meets all its keys at once, row by row: a matrix-vector
+// product for the row's scores [S], an exact softmax, a product with V.
+// Blocked, it would make two tiny BLAS calls per kKeyBlock keys, and a
+// matrix product packs K and V first; a matrix-vector product reads each
+// once (docs/performance.md, "Decoding").
+constexpr int64_t kFewRows = 4;
+
+template <typename T>
+HEADROOM_CPU_CLONES void forward_few_rows(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out, T* lse,
+                                          Scratch<T>& s) {
+  const int64_t d = p.d_h, m = tile.rows, n = tile.num_keys, ld = p.kv_strides[2];
+  const T* q_tile = load_rows(p, tile, q, s.rows_in.data());  // [m, d]
+  T* acc = output_rows(p, tile, out, s.rows_out.data());      // [m, d]
+  std::fill(acc, acc + m * d, T(0));
+  std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
+  if (n > 0) {
+    s.all_scores.resize(size_t(m * n));
+    T* probs = s.all_scores.data();  // [m, n]
+    for (int64_t i = 0; i < m; ++i) gemv(false, n, d, T(p.scale), tile.k, ld, q_tile + i * d, T(0), probs + i * n);
+    mask_scores(p, tile, 0, n, probs);
+    for (int64_t i = 0; i < m; ++i) {
+      T* row = probs + i * n;
+      s.row_max[i] = max_of(row, n, -kInf<T>);
+      if (s.row_max[i] == -kInf<T>) {  // sees no key
+        std::fill(row, row + n, T(0));
+        continue;
+      }
+      exp_shifted(row, n, s.row_max[i]);
+      s.row_sum[i] = sum_of(row, n);
+    }
+    if (p.dropout > 0) apply_dropout(p, tile, 0, n, probs, probs);
+    for (int64_t i = 0; i < m; ++i) gemv(true, n, d, T(1), tile.v, ld, probs + i * n, T(0), acc + i * d);  // Pᵀ·V
+  }
+  finish_rows(p, tile, acc, s, out, lse);
+}
+
 template <typename T>
 HEADROOM_CPU_CLONES void forward_tile(const AttentionProblem& p, const Tile<T>& tile, const T* q, T* out, T* lse,
                                       Scratch<T>& s) {
+  if (tile.rows <= kFewRows) return forward_few_rows(p, tile, q, out, lse, s);
   const int64_t d = p.d_h, m = tile.rows, ld = p.kv_strides[2];
   const T* q_tile = load_rows(p, tile, q, s.rows_in.data());  // [m, d]
   T* acc = output_rows(p, tile, out, s.rows_out.data());      // [m, d]: the output rows accumulate here
@@ -196,13 +265,7 @@ HEADROOM_CPU_CLONES void forward_tile(const AttentionProblem& p, const Tile<T>& 
     if (p.dropout > 0) apply_dropout(p, live, s0, n, probs, probs);
     gemm(false, false, live.rows, d, n, T(1), probs, n, tile.v + s0 * ld, ld, T(1), acc + first * d, d);  // acc += P·V
   }
-  for (int64_t i = 0; i < m; ++i) {  // normalise; a row that saw no key stays 0
-    const T sum = s.row_sum[i];
-    const T inv = sum > 0 ? T(1) / sum : T(0);
-    for (int64_t c = 0; c < d; ++c) acc[i * d + c] *= inv;
-    lse[caller_row(p, tile.row0 + i)] = sum > 0 ? s.row_max[i] + std::log(sum) : kInf<T>;
-  }
-  store_rows(p, tile, acc, out);
+  finish_rows(p, tile, acc, s, out, lse);
 }
 
 // dq rows of the tile, and dk/dv [S, d_h] of its (b, head) (accumulated).

@@ -12,7 +12,9 @@
 //           (ops/attention.cpp), group = batch b, each row's head in row_heads
 // A group is cut into tiles of kQueryTile rows; a tile meets the keys in
 // blocks of kKeyBlock.  With a causal mask a tile only visits the keys its
-// last (latest) row can see, so blocks beyond the diagonal are skipped.
+// last (latest) row can see, so blocks beyond the diagonal are skipped.  A
+// tile of a few rows (a decoding step) meets all its keys at once instead,
+// each row as two matrix-vector products.
 //
 // Forward saves the log-sum-exp of each row's scaled, masked scores (+inf for
 // a row that sees no key: its output is 0 and its gradients are 0).  Backward
