@@ -128,6 +128,7 @@ template <typename T> struct Params {
   Generator generator{0};
   uint64_t dropout_first = 0;
   const int32_t* positions = nullptr;  // [R]
+  int64_t kv_strides[3] = {0, 0, 0};   // K and V element (b, head, s, c) at b·[0] + head·[1] + s·[2] + c
 };
 
 template <typename T> Params<T> make_params(const AttentionProblem& p, const GroupTables& tables) {
@@ -147,6 +148,7 @@ template <typename T> Params<T> make_params(const AttentionProblem& p, const Gro
   k.generator = Generator(p.dropout_seed);
   k.dropout_first = p.dropout_first;
   k.positions = tables.positions;
+  for (int i = 0; i < 3; ++i) k.kv_strides[i] = p.kv_strides[i];
   return k;
 }
 
@@ -167,9 +169,10 @@ template <typename T> __device__ T warp_sum(T x) {
   return x;
 }
 
-// Offset of the K/V sequence that (b, head) reads, in [B, h_kv, S, d_h].
+// Offset of the K/V sequence that (b, head) reads, in [B, h_kv, S, d_h] laid
+// out as p.kv_strides says (a KV cache's valid prefix is read in place).
 template <typename T> __device__ int64_t kv_offset(const Params<T>& p, int64_t batch, int64_t head) {
-  return (batch * p.kv_heads + (p.kv_heads == 1 ? 0 : head)) * p.num_keys * p.d;
+  return batch * p.kv_strides[0] + (p.kv_heads == 1 ? 0 : head) * p.kv_strides[1];
 }
 
 // Whether query position `pos` of batch b sees key s (causal limit, padding).
@@ -185,12 +188,13 @@ template <typename T> __device__ bool kept(const Params<T>& p, int64_t batch, in
   return p.generator.uniform_at(draw) >= p.dropout;
 }
 
-// Block-wide: dst[i*stride + c] = src[i*d + c] for i < rows, 0 for rows
-// [rows, capacity), c < d.  Callers synchronise.
-template <typename T> __device__ void load_rows(const T* src, int rows, int capacity, int d, T* dst, int stride) {
+// Block-wide: dst[i*stride + c] = src[i*src_stride + c] for i < rows, 0 for
+// rows [rows, capacity), c < d.  Callers synchronise.
+template <typename T>
+__device__ void load_rows(const T* src, int64_t src_stride, int rows, int capacity, int d, T* dst, int stride) {
   for (int idx = threadIdx.x; idx < capacity * d; idx += blockDim.x) {
     const int i = idx / d, c = idx % d;
-    dst[i * stride + c] = i < rows ? src[int64_t(i) * d + c] : T(0);
+    dst[i * stride + c] = i < rows ? src[int64_t(i) * src_stride + c] : T(0);
   }
 }
 
@@ -274,7 +278,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
   T* q_tile = shared_buffer<T>();
   T* k_block = q_tile + tile_capacity * d;
   T* v_block = k_block + kKeyBlock * p.padded;
-  load_rows(q + int64_t(tile.row0) * d, tile.rows, tile_capacity, d, q_tile, d);
+  load_rows(q + int64_t(tile.row0) * d, d, tile.rows, tile_capacity, d, q_tile, d);
   const T* k_seq = k + kv_offset(p, tile.batch, tile.head);
   const T* v_seq = v + kv_offset(p, tile.batch, tile.head);
   const TileRows rows = tile_rows(p, tile, warp);
@@ -292,8 +296,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
   for (int s0 = 0; s0 < tile.num_keys; s0 += kKeyBlock) {
     const int n = min(kKeyBlock, tile.num_keys - s0), key = s0 + lane;
     __syncthreads();  // the previous block is consumed (and q_tile is loaded)
-    load_rows(k_seq + int64_t(s0) * d, n, kKeyBlock, d, k_block, p.padded);
-    load_rows(v_seq + int64_t(s0) * d, n, kKeyBlock, d, v_block, d);
+    load_rows(k_seq + int64_t(s0) * p.kv_strides[2], p.kv_strides[2], n, kKeyBlock, d, k_block, p.padded);
+    load_rows(v_seq + int64_t(s0) * p.kv_strides[2], p.kv_strides[2], n, kKeyBlock, d, v_block, d);
     __syncthreads();
 
     // Lane j: scores of key s0 + j against the warp's rows.
@@ -359,8 +363,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
   T* dout_tile = q_tile + tile_capacity * d;
   T* k_block = dout_tile + tile_capacity * d;
   T* v_block = k_block + kKeyBlock * p.padded;
-  load_rows(q + int64_t(tile.row0) * d, tile.rows, tile_capacity, d, q_tile, d);
-  load_rows(dout + int64_t(tile.row0) * d, tile.rows, tile_capacity, d, dout_tile, d);
+  load_rows(q + int64_t(tile.row0) * d, d, tile.rows, tile_capacity, d, q_tile, d);
+  load_rows(dout + int64_t(tile.row0) * d, d, tile.rows, tile_capacity, d, dout_tile, d);
   const T* k_seq = k + kv_offset(p, tile.batch, tile.head);
   const T* v_seq = v + kv_offset(p, tile.batch, tile.head);
   const TileRows rows = tile_rows(p, tile, warp);
@@ -380,8 +384,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
   for (int s0 = 0; s0 < tile.num_keys; s0 += kKeyBlock) {
     const int n = min(kKeyBlock, tile.num_keys - s0), key = s0 + lane;
     __syncthreads();
-    load_rows(k_seq + int64_t(s0) * d, n, kKeyBlock, d, k_block, p.padded);
-    load_rows(v_seq + int64_t(s0) * d, n, kKeyBlock, d, v_block, p.padded);
+    load_rows(k_seq + int64_t(s0) * p.kv_strides[2], p.kv_strides[2], n, kKeyBlock, d, k_block, p.padded);
+    load_rows(v_seq + int64_t(s0) * p.kv_strides[2], p.kv_strides[2], n, kKeyBlock, d, v_block, p.padded);
     __syncthreads();
 
     // Lane j: score q·k_j and dP = dout·v_j for the warp's rows.
@@ -443,8 +447,10 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
   T* chunk_d = chunk_lse + kRowChunk;
   int32_t* chunk_pos = reinterpret_cast<int32_t*>(chunk_d + kRowChunk);
   const int n = min(block_keys, p.num_keys - s0);
-  load_rows(k + kv_offset(p, batch, head) + int64_t(s0) * d, n, block_keys, d, k_rows, d);
-  load_rows(v + kv_offset(p, batch, head) + int64_t(s0) * d, n, block_keys, d, v_rows, d);
+  load_rows(k + kv_offset(p, batch, head) + int64_t(s0) * p.kv_strides[2], p.kv_strides[2], n, block_keys, d, k_rows,
+            d);
+  load_rows(v + kv_offset(p, batch, head) + int64_t(s0) * p.kv_strides[2], p.kv_strides[2], n, block_keys, d, v_rows,
+            d);
 
   int64_t key[kRowsPerWarp];
   T acc_k[kRowsPerWarp][kCols], acc_v[kRowsPerWarp][kCols];
@@ -460,8 +466,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp)
   for (int c0 = first_row_seeing(p, group.begin, group.end, s0); c0 < group.end; c0 += kRowChunk) {
     const int m = min(kRowChunk, group.end - c0);
     __syncthreads();  // the previous chunk is consumed (and k_rows, v_rows are loaded)
-    load_rows(q + int64_t(c0) * d, m, kRowChunk, d, q_chunk, p.padded);
-    load_rows(dout + int64_t(c0) * d, m, kRowChunk, d, dout_chunk, p.padded);
+    load_rows(q + int64_t(c0) * d, d, m, kRowChunk, d, q_chunk, p.padded);
+    load_rows(dout + int64_t(c0) * d, d, m, kRowChunk, d, dout_chunk, p.padded);
     if (threadIdx.x < m) {
       chunk_lse[threadIdx.x] = lse[c0 + threadIdx.x];
       chunk_d[threadIdx.x] = row_dot[c0 + threadIdx.x];

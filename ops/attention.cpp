@@ -71,8 +71,8 @@ AttentionProblem make_problem(const Tensor& k, int64_t heads, int64_t seq_len, i
 }
 
 // The kernels of q's device.  q [R, d_h]; k, v [B, h_kv, S, d_h] (as
-// p.kv_strides says on the CPU, contiguous on CUDA); out [R, d_h]; lse [R],
-// contiguous; p.key_padding on the same device.
+// p.kv_strides says); out [R, d_h]; lse [R], contiguous; p.key_padding on
+// the same device.
 void run_forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse) {
   if (!q.device().is_cpu()) return kernels::device_kernels(q).attention->forward(p, q, k, v, out, lse);
@@ -101,10 +101,10 @@ void run_backward(const AttentionProblem& p, const Tensor& q, const Tensor& k, c
 // differ (undefined: the same order).
 Tensor attention_rows(const char* op, const Tensor& q_rows, const Tensor& k, const Tensor& v, AttentionProblem problem,
                       const Tensor& key_padding_mask, const Tensor& row_of = Tensor()) {
-  // The CPU kernel reads K and V in place when they share a layout with
-  // contiguous rows (MoA's are column slices of one projection); CUDA's
-  // kernels take them contiguous.
-  const bool kv_in_place = q_rows.device().is_cpu() && k.strides() == v.strides() && k.strides()[3] == 1;
+  // The kernels read K and V in place when they share a layout with
+  // contiguous rows: MoA's are column slices of one projection, a KV cache's
+  // the valid prefix of its storage (models/attention.h).
+  const bool kv_in_place = k.strides() == v.strides() && k.strides()[3] == 1;
   Tensor q_c = q_rows.contiguous(), k_c = kv_in_place ? k : k.contiguous(), v_c = kv_in_place ? v : v.contiguous();
   for (int i = 0; i < 3; ++i) problem.kv_strides[i] = k_c.strides()[i];
   Tensor mask = key_padding_mask.defined() ? key_padding_mask.contiguous() : Tensor();

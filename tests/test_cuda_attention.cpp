@@ -2,7 +2,8 @@
 // and backward: dense and routed, causal (with offsets that hide every key
 // from some rows), key padding (a fully padded sequence), shared K/V
 // (h_kv = 1), dropout, sequence lengths that are not multiples of the tiles,
-// head dimensions on and off the 32-column steps, f32 and f64.  Skipped (and
+// head dimensions on and off the 32-column steps, K and V read in place (a KV
+// cache's prefix), f32 and f64.  Skipped (and
 // passing) without a device.
 #include "cuda_helpers.h"
 #include "headroom/ops/attention.h"
@@ -122,6 +123,23 @@ TEST_CASE("cuda attention: non-contiguous q, k, v and an explicit scale") {
     return attention(in[0].permute({0, 2, 1, 3}), in[1].permute({0, 2, 1, 3}), in[2].narrow(3, 1, 24), o);
   };
   check_parity(permuted, {random({2, 37, 3, 24}, 1), random({2, 37, 3, 24}, 2), random({2, 3, 37, 26}, 3)}, kAtol32,
+               kRtol32);
+}
+
+TEST_CASE("cuda attention reads K and V in place: a KV cache's valid prefix, and rows h·d_h apart") {
+  // The cache: k, v [B, h, S, d] the first S of 2S rows of their storage, one query at offset S - 1.
+  AttentionOptions o;
+  o.causal = true, o.causal_offset = 40 - 1;
+  AttentionFn prefix = [o](const std::vector<Tensor>& in) {
+    return attention(in[0], in[1].narrow(2, 0, 40), in[2].narrow(2, 0, 40), o);
+  };
+  check_parity(prefix, {random({2, 3, 1, 64}, 4), random({2, 3, 80, 64}, 5), random({2, 3, 80, 64}, 6)}, kAtol32,
+               kRtol32);
+  // K and V stored [B, S, h, d] and viewed [B, h, S, d]: the same strides, rows h·d apart.
+  AttentionFn permuted = [](const std::vector<Tensor>& in) {
+    return attention(in[0], in[1].permute({0, 2, 1, 3}), in[2].permute({0, 2, 1, 3}), AttentionOptions());
+  };
+  check_parity(permuted, {random({2, 3, 70, 32}, 7), random({2, 70, 3, 32}, 8), random({2, 70, 3, 32}, 9)}, kAtol32,
                kRtol32);
 }
 

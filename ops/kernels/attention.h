@@ -50,8 +50,9 @@ struct AttentionKernels {
   // Largest head dimension d_h the kernels take (CUDA: a row of the
   // accumulator lives in registers, d_h / 32 values per lane).
   virtual int64_t max_head_dim() const = 0;
-  // As cpu::attention_forward (ops/cpu/attention.h).  q [R, d_h]; k, v [B, h_kv, S, d_h]; out [R, d_h];
-  // lse [R]; all contiguous, f32 or f64, on one device.  p.key_padding, when
+  // As cpu::attention_forward (ops/cpu/attention.h).  q [R, d_h]; k, v [B, h_kv, S, d_h] laid out as
+  // p.kv_strides says (rows of d_h contiguous); out [R, d_h]; lse [R]; all
+  // but k and v contiguous, f32 or f64, on one device.  p.key_padding, when
   // set, points to device memory (b8 [B, S]); p.groups and p.positions are host
   // vectors (copied to the device once per call).
   virtual void forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
