@@ -11,9 +11,10 @@
 // MHA, MoH (ρ = 0.5 and 0.75), MoA (E = 8, k = 2, d_h = 64, one shared K/V
 // head) and MAE (mixture).  Per method: time per token, tokens/s (B rows per
 // step), the cache's bytes; for MHA also the attention op alone against the
-// cache-read bound (its bytes over the machine's memory bandwidth, measured
-// here by an in-place add) and, where B·L is small enough, the
-// recompute-everything baseline (the forward of all L + 1 tokens).
+// cache-read bound (its bytes over the machine's read bandwidth, measured
+// here by a streaming read beside it) and, where B·L is small enough, the
+// recompute-everything baseline (the forward of all L + 1 tokens).  One JSON
+// line per method and shape, which scripts/bench-decode sets beside PyTorch's.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -34,7 +35,7 @@ namespace {
 struct Options {
   int threads = 0;
   int iters = 20;
-  std::string batch = "1,16", context = "512,4096", device = "cpu";
+  std::string batch = "1,16", context = "512,4096", device = "cpu", only;
   bool smoke = false;
 };
 
@@ -52,18 +53,28 @@ struct Kind {
   const char* type;
   StringMap options;
 };
-const std::vector<Kind>& kinds() {
-  static const std::vector<Kind> list{{"MHA", "mha", {}},
-                                      {"MoH ρ=0.5", "moh", {{"shared_heads", "2"}, {"routed_k", "2"}}},
-                                      {"MoH ρ=0.75", "moh", {{"shared_heads", "2"}, {"routed_k", "4"}}},
-                                      {"MoA E=8 k=2", "moa", {{"experts", "8"}, {"k", "2"}, {"head_dim", "64"}}},
-                                      {"MAE", "mae", {}}};
-  return list;
+// The methods timed: every one, or MHA (the baseline of every ratio) and
+// those of the --only types.
+std::vector<Kind> kinds(const Options& o) {
+  const std::vector<Kind> list{{"MHA", "mha", {}},
+                               {"MoH ρ=0.5", "moh", {{"shared_heads", "2"}, {"routed_k", "2"}}},
+                               {"MoH ρ=0.75", "moh", {{"shared_heads", "2"}, {"routed_k", "4"}}},
+                               {"MoA E=8 k=2", "moa", {{"experts", "8"}, {"k", "2"}, {"head_dim", "64"}}},
+                               {"MAE", "mae", {}}};
+  if (o.only.empty()) return list;
+  std::vector<Kind> chosen{list[0]};
+  for (const std::string& type : examples::split_list(o.only)) {
+    HEADROOM_CHECK(type == "mha" || type == "moh" || type == "moa" || type == "mae", "[bench_decode] --only got ", type,
+                   "; expected mha, moh, moa or mae");
+    for (size_t j = 1; j < list.size(); ++j)
+      if (list[j].type == type) chosen.push_back(list[j]);
+  }
+  return chosen;
 }
 
-std::vector<Method> methods(Generator& gen, Device device) {
+std::vector<Method> methods(const Options& o, Generator& gen, Device device) {
   std::vector<Method> list;
-  for (const Kind& kind : kinds()) {
+  for (const Kind& kind : kinds(o)) {
     ModelConfig config;
     config.dim = kDim, config.heads = kHeads, config.max_len = 1 << 20;
     config.attention = AttentionSpec(kind.type, kind.options);
@@ -156,7 +167,7 @@ OpAgainstBound mha_op_against_bound(const Options& o, const Method& mha, Generat
 // The median ms per step of each method, by the order of methods().
 std::vector<double> bench_shape(const Options& o, int64_t batch, int64_t context, Device device) {
   Generator gen(3);
-  std::vector<Method> list = methods(gen, device);
+  std::vector<Method> list = methods(o, gen, device);
   for (Method& m : list) fill_cache(m, batch, context, gen, device);
   Tensor x = Tensor::randn({batch, 1, kDim}, gen).to(device);
   NoGradGuard no_grad;
@@ -199,6 +210,9 @@ std::vector<double> bench_shape(const Options& o, int64_t batch, int64_t context
                format("%.2f", double(cache_bytes(list[j].cache)) / (1 << 20))});
   }
   table.print();
+  for (size_t j = 0; j < list.size(); ++j)  // for scripts/bench-decode
+    std::printf("JSON {\"bench\": \"decode\", \"B\": %lld, \"L\": %lld, \"method\": \"%s\", \"ms\": %.4f}\n",
+                (long long)batch, (long long)context, list[j].name.c_str(), medians[j]);
   std::printf(
       "\nMHA: attention op %.3f ms against the cache-read bound %.3f ms (%.1fx; %.1f GB/s); "
       "recompute everything: %s per token\n",
@@ -209,13 +223,15 @@ std::vector<double> bench_shape(const Options& o, int64_t batch, int64_t context
 // Per batch size, each method's ms per step against L, with µs per cached
 // token in brackets: growth linear in L keeps the bracket flat or falling
 // (a fixed cost spread over more tokens); a quadratic term makes it climb.
-void print_growth(int64_t batch, const std::vector<int64_t>& contexts, const std::vector<std::vector<double>>& ms) {
+void print_growth(const Options& o, int64_t batch, const std::vector<int64_t>& contexts,
+                  const std::vector<std::vector<double>>& ms) {
   if (contexts.size() < 2) return;
   std::vector<std::string> columns{"method"};
   for (int64_t L : contexts) columns.push_back("L = " + std::to_string(L));
   Table table("Time per step against L, B = " + std::to_string(batch) + ": ms (µs per cached token)", columns);
-  for (size_t j = 0; j < kinds().size(); ++j) {
-    std::vector<std::string> cells{kinds()[j].name};
+  const std::vector<Kind> timed = kinds(o);
+  for (size_t j = 0; j < timed.size(); ++j) {
+    std::vector<std::string> cells{timed[j].name};
     for (size_t c = 0; c < contexts.size(); ++c)
       cells.push_back(format("%.3f", ms[c][j]) + format(" (%.2f)", 1e3 * ms[c][j] / double(contexts[c])));
     table.row(cells);
@@ -233,6 +249,7 @@ int main(int argc, char** argv) {
   flags.add("batch", &o.batch, "rows per step, comma separated");
   flags.add("context", &o.context, "cached tokens L, comma separated");
   flags.add("device", &o.device, "cpu, cuda or cuda:N");
+  flags.add("only", &o.only, "time only MHA and these methods (moh, moa, mae, comma separated; default: all)");
   flags.add("smoke", &o.smoke, "tiny shapes, one iteration (CI)");
   return examples::run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
@@ -244,7 +261,7 @@ int main(int argc, char** argv) {
     for (int64_t batch : batches) {
       std::vector<std::vector<double>> ms;  // [context][method]
       for (int64_t context : contexts) ms.push_back(bench_shape(o, batch, context, device));
-      print_growth(batch, contexts, ms);
+      print_growth(o, batch, contexts, ms);
     }
     return 0;
   });
