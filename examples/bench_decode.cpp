@@ -90,9 +90,10 @@ void wait_for(Device device) {
   if (device.is_cuda()) backend(device).synchronize(device.index);
 }
 
-// One token of B rows appended to a cache of `context` random keys and
-// values, with room for the timed steps (no growth while timing).
-void fill_cache(Method& m, int64_t batch, int64_t context, Generator& gen, Device device) {
+// A cache of `context` random keys and values, reserved for `context +
+// steps` positions as generation reserves prompt + new tokens (no growth
+// while timing).
+void fill_cache(Method& m, int64_t batch, int64_t context, int64_t steps, Generator& gen, Device device) {
   NoGradGuard no_grad;
   m.cache.clear();
   AttentionInput probe{Tensor::randn({batch, 1, kDim}, gen).to(device), Tensor(), true};
@@ -100,10 +101,9 @@ void fill_cache(Method& m, int64_t batch, int64_t context, Generator& gen, Devic
   m.layer->forward(probe);  // learns the cache's [B, h_kv, ., d_h]
   Shape shape = m.cache.k.shape();
   m.cache.clear();
+  m.cache.reserve(context + steps);
   shape[2] = context;
   m.cache.append(Tensor::randn(shape, gen).to(device), Tensor::randn(shape, gen).to(device));
-  shape[2] = 1;
-  m.cache.append(Tensor::randn(shape, gen).to(device), Tensor::randn(shape, gen).to(device));  // grows to 2L now
 }
 
 int64_t cache_bytes(const AttentionCache& cache) {
@@ -168,7 +168,7 @@ OpAgainstBound mha_op_against_bound(const Options& o, const Method& mha, Generat
 std::vector<double> bench_shape(const Options& o, int64_t batch, int64_t context, Device device) {
   Generator gen(3);
   std::vector<Method> list = methods(o, gen, device);
-  for (Method& m : list) fill_cache(m, batch, context, gen, device);
+  for (Method& m : list) fill_cache(m, batch, context, o.iters + 2, gen, device);
   Tensor x = Tensor::randn({batch, 1, kDim}, gen).to(device);
   NoGradGuard no_grad;
   // Interleaved: every iteration times one step of each method in turn.

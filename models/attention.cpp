@@ -64,17 +64,28 @@ void AttentionCache::append(const Tensor& k_new, const Tensor& v_new) {
                        k.dtype() == k_new.dtype() && k.device() == k_new.device(),
                    "[attention] cache holds keys of shape ", shape_str(k.shape()), " but the new keys have shape ",
                    shape_str(k_new.shape()));
-  if (total > capacity()) {  // doubling: each position is copied O(1) times over a decode
-    Shape shape = k_new.shape();
-    shape[2] = std::max(total, 2 * capacity());
-    Tensor k_grown = Tensor::empty(shape, k_new.dtype(), k_new.device());
-    Tensor v_grown = Tensor::empty(shape, v_new.dtype(), v_new.device());
-    if (past > 0) k_grown.narrow(2, 0, past).copy_(k), v_grown.narrow(2, 0, past).copy_(v);
-    k_storage_ = k_grown, v_storage_ = v_grown;
-  }
+  // Doubling: each position is copied O(1) times over a decode.
+  if (total > capacity()) grow(k_new, std::max({total, 2 * capacity(), reserved_}));
   k_storage_.narrow(2, past, k_new.size(2)).copy_(k_new);
   v_storage_.narrow(2, past, v_new.size(2)).copy_(v_new);
   k = k_storage_.narrow(2, 0, total), v = v_storage_.narrow(2, 0, total);
+}
+
+void AttentionCache::reserve(int64_t positions) {
+  HEADROOM_CHECK(positions >= 0, "[attention] a cache cannot reserve ", positions, " positions");
+  reserved_ = std::max(reserved_, positions);
+  if (k_storage_.defined() && positions > capacity()) grow(k_storage_, positions);
+}
+
+void AttentionCache::grow(const Tensor& like, int64_t positions) {
+  Shape shape = like.shape();
+  shape[2] = positions;
+  Tensor k_grown = Tensor::empty(shape, like.dtype(), like.device());
+  Tensor v_grown = Tensor::empty(shape, like.dtype(), like.device());
+  const int64_t past = length();
+  if (past > 0) k_grown.narrow(2, 0, past).copy_(k), v_grown.narrow(2, 0, past).copy_(v);
+  k_storage_ = k_grown, v_storage_ = v_grown;
+  if (past > 0) k = k_storage_.narrow(2, 0, past), v = v_storage_.narrow(2, 0, past);
 }
 
 void AttentionCache::reorder(const Tensor& rows) {

@@ -33,14 +33,21 @@ struct AttentionCache {
   int64_t length() const { return k.defined() ? k.size(2) : 0; }
   // Positions the storage holds before it must grow (0 for cross-attention).
   int64_t capacity() const { return k_storage_.defined() ? k_storage_.size(2) : 0; }
-  // k_new, v_new [B, h_kv, S_new, d_h] after the cached ones.
+  // k_new, v_new [B, h_kv, S_new, d_h] after the cached ones.  The storage
+  // doubles when full, or grows to the reserved positions if more.
   void append(const Tensor& k_new, const Tensor& v_new);
+  // Room for at least `positions` (e.g. prompt + new tokens, as generation
+  // reserves): grows the storage now, or sizes its first allocation, so a
+  // decode within it never grows and holds no unused half.
+  void reserve(int64_t positions);
   // Beam search: row b becomes row rows[b] (i32 [B'] on any device).
   void reorder(const Tensor& rows);
-  void clear() { k = v = extra = k_storage_ = v_storage_ = Tensor(), extra_count = 0; }
+  void clear() { k = v = extra = k_storage_ = v_storage_ = Tensor(), extra_count = 0, reserved_ = 0; }
 
  private:
+  void grow(const Tensor& like, int64_t positions);  // storage for `positions`, shaped as like [B, h_kv, ., d_h]
   Tensor k_storage_, v_storage_;  // [B, h_kv, capacity, d_h]; k, v are their first length() positions
+  int64_t reserved_ = 0;
 };
 
 struct AttentionInput {

@@ -32,6 +32,8 @@ class Stepper {
     const int64_t done = cache_.position;
     return last_position(run(on_device.narrow(1, done, tokens.size(1) - done), &cache_));
   }
+  // Every layer's cache sized for `positions` tokens at once (prefix + new tokens).
+  void reserve(int64_t positions) { cache_.reserved = positions; }
   // Keeps row rows[i] as row i (beam expansion and pruning).  rows: i32 [N'] on the CPU
   void select_rows(const Tensor& rows) {
     Tensor on_device = rows.to(device_);
@@ -158,6 +160,7 @@ Generated generate(Stepper& stepper, const Tensor& prefix, const GenerateOptions
   const size_t N = rows.size();
   Generated result{std::vector<Row>(N), std::vector<double>(N, 0.0)};
   std::vector<bool> finished(N, false);
+  stepper.reserve(prefix.size(1) + opts.max_new);
   for (int64_t step = 0; step < opts.max_new; ++step) {
     Tensor logits = stepper.next_logits(to_tensor(rows));  // [N, V]
     std::vector<std::vector<double>> logp = log_probs(logits);
@@ -227,6 +230,7 @@ class BeamSearch {
         live_.push_back({{}, j == 0 ? 0.0 : -INFINITY, 0});
       }
     stepper_.select_rows(to_index(expand));
+    stepper_.reserve(prefix.size(1) + opts.max_new);
     finished_.resize(B_);
   }
 

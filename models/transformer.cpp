@@ -189,6 +189,7 @@ TransformerStack::TransformerStack(const ModelConfig& config, int64_t layers, At
 ModelOutput TransformerStack::forward(BlockInput in, DecoderCache* cache) {
   if (cache) {
     cache->self.resize(size());
+    for (AttentionCache& layer : cache->self) layer.reserve(cache->reserved);
     cache->cross.resize(block(0)->cross_attn ? size() : 0);
   }
   ModelOutput result;

@@ -54,6 +54,7 @@ Tensor sinusoidal_positions(int64_t start, int64_t length, int64_t dim, DType dt
 struct DecoderCache {
   std::vector<AttentionCache> self, cross;  // one per decoder layer (cross empty for a DecoderLM)
   int64_t position = 0;                     // tokens consumed so far: the position of the next token
+  int64_t reserved = 0;  // positions every self-attention cache reserves (AttentionCache::reserve); 0: none
 
   // Keeps batch row rows[i] of every cached tensor as row i (beam search):
   // index_select along dimension 0 of k, v and extra (methods keep `extra`

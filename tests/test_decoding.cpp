@@ -87,7 +87,14 @@ TEST_CASE("cached decoding gives the full forward's logits at every step") {
   CHECK(cache.position == 5);
   CHECK(cache.self.size() == 2);
   CHECK(cache.self[0].length() == 5);
+  CHECK(cache.self[0].capacity() == 8);  // doubled from the prompt's 2
   CHECK(cache.cross.empty());
+  // Reserved (as generation reserves prompt + max_new): every layer allocates 5 once, same logits.
+  DecoderCache reserved;
+  reserved.reserved = 5;
+  for (int64_t t = 0; t < 5; ++t)
+    CHECK_CLOSE(f.lm.forward(tokens.narrow(1, t, 1), Tensor(), &reserved).out, full.narrow(1, t, 1), 1e-5, 1e-5);
+  for (const AttentionCache& layer : reserved.self) CHECK(layer.capacity() == 5);
   // EncoderDecoder, with source padding: cross-attention keys computed once.
   Tensor memory = f.seq2seq.encode(f.src.tokens, f.src.padding).out;
   Tensor full_dec = f.seq2seq.decode(tokens, memory, f.src.padding).out;

@@ -118,6 +118,32 @@ TEST_CASE("the KV cache appends in place: storage doubles, stays O(L), and survi
   CHECK(cache.length() == 44);
 }
 
+TEST_CASE("a reserved KV cache allocates once; reserving more keeps what it holds") {
+  Generator gen(17);
+  MultiHeadAttention m({16, 4, 2}, gen);
+  Tensor x = Tensor::randn({2, 30, 16}, gen);
+  NoGradGuard no_grad;
+  Tensor full = m.forward({x, Tensor(), true}).out;
+  AttentionCache cache;
+  cache.reserve(20);  // prompt 3 + 17 steps: never grows
+  for (int64_t t = 0; t < 20; t += t == 0 ? 3 : 1) {
+    AttentionInput in{x.narrow(1, t, t == 0 ? 3 : 1), Tensor(), true};
+    in.cache = &cache;
+    CHECK_CLOSE(m.forward(in).out, full.narrow(1, t, t == 0 ? 3 : 1), 1e-5);
+    CHECK(cache.capacity() == 20);
+  }
+  cache.reserve(25);  // grows now, with the 20 positions kept
+  CHECK(cache.capacity() == 25);
+  CHECK(cache.length() == 20);
+  for (int64_t t = 20; t < 30; ++t) {  // past the reservation: doubling again
+    AttentionInput in{x.narrow(1, t, 1), Tensor(), true};
+    in.cache = &cache;
+    CHECK_CLOSE(m.forward(in).out, full.narrow(1, t, 1), 1e-5);
+  }
+  CHECK(cache.capacity() == 50);
+  CHECK_THROWS_HEADROOM(cache.reserve(-1), "a cache cannot reserve -1 positions");
+}
+
 TEST_CASE("MHA gradcheck through every parameter and the input (f64)") {
   Generator gen(7);
   MultiHeadAttention m({8, 2, 1}, gen);
