@@ -10,7 +10,8 @@
 // timed call appends one token and attends to the L before it.  Methods:
 // MHA, MoH (ρ = 0.5 and 0.75), MoA (E = 8, k = 2, d_h = 64, one shared K/V
 // head) and MAE (mixture).  Per method: time per token, tokens/s (B rows per
-// step), the cache's bytes; for MHA also the attention op alone against the
+// step), the cache's bytes; for MoH its attention part against MHA's; for
+// MHA also the attention op alone against the
 // cache-read bound (its bytes over the machine's read bandwidth, measured
 // here by a streaming read beside it) and, where B·L is small enough, the
 // recompute-everything baseline (the forward of all L + 1 tokens).  One JSON
@@ -46,6 +47,7 @@ struct Method {
   std::string name;
   std::shared_ptr<Attention> layer;
   AttentionCache cache;
+  int64_t active_heads = 0;  // MoH: shared + routed heads per token; 0 for the others
 };
 
 struct Kind {
@@ -81,7 +83,10 @@ std::vector<Method> methods(const Options& o, Generator& gen, Device device) {
     auto layer = make_attention(config, 0, AttentionRole::decoder_self, gen);
     layer->to(device);
     layer->eval();
-    list.push_back({kind.name, layer, {}});
+    const bool moh = kind.type == std::string("moh");
+    const int64_t active =
+        moh ? std::stoll(kind.options.at("shared_heads")) + std::stoll(kind.options.at("routed_k")) : 0;
+    list.push_back({kind.name, layer, {}, active});
   }
   return list;
 }
@@ -164,6 +169,31 @@ OpAgainstBound mha_op_against_bound(const Options& o, const Method& mha, Generat
   return r;
 }
 
+// MoH's attention part alone: routed_attention of each row's active heads
+// (shared heads 0 and 1, routed ones spread over the rest) against its
+// cache, as the layer's routed path runs it, timed interleaved with MHA's op
+// over every head.  Returns the median over pairs of MoH's time / MHA's.
+double moh_attention_share(const Options& o, const Method& mha, const Method& moh, Generator& gen, Device device) {
+  const int64_t batch = moh.cache.k.size(0), d_h = kDim / kHeads, active = moh.active_heads;
+  std::vector<int32_t> heads;  // [B, active], distinct within a row
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t j = 0; j < active; ++j) heads.push_back(int32_t(j < 2 ? j : 2 + (b + j - 2) % (kHeads - 2)));
+  const RoutePlan plan = route(Tensor::from_vector(heads, {batch, active}).to(device), kHeads);
+  Tensor q_rows = Tensor::randn({plan.rows(), d_h}, gen).to(device);
+  Tensor q = Tensor::randn({batch, kHeads, 1, d_h}, gen).to(device);
+  AttentionOptions causal;
+  causal.causal = true, causal.causal_offset = moh.cache.length() - 1;
+  auto routed = [&] {
+    routed_attention(q_rows, moh.cache.k, moh.cache.v, plan, 1, causal);
+    wait_for(device);
+  };
+  auto dense = [&] {
+    attention(q, mha.cache.k, mha.cache.v, causal);
+    wait_for(device);
+  };
+  return time_interleaved(routed, dense, std::max(o.iters, 3), 1, 2).median_pair_time_ratio;
+}
+
 // The median ms per step of each method, by the order of methods().
 std::vector<double> bench_shape(const Options& o, int64_t batch, int64_t context, Device device) {
   Generator gen(3);
@@ -217,6 +247,12 @@ std::vector<double> bench_shape(const Options& o, int64_t batch, int64_t context
       "\nMHA: attention op %.3f ms against the cache-read bound %.3f ms (%.1fx; %.1f GB/s); "
       "recompute everything: %s per token\n",
       core.op_ms, core.bound_ms, core.ratio, core.gb_per_s, recompute.c_str());
+  for (const Method& m : list) {
+    if (m.active_heads == 0) continue;
+    const double share = moh_attention_share(o, mha, m, gen, device), rho = double(m.active_heads) / kHeads;
+    std::printf("%s: attention part %.2fx MHA's (%.0f%% of the saving of rho = %.2f)\n", m.name.c_str(), share,
+                100 * (1 - share) / (1 - rho), rho);
+  }
   return medians;
 }
 
