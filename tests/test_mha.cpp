@@ -89,19 +89,36 @@ TEST_CASE("MHA decoding with a KV cache equals the full forward") {
   CHECK(cross_cache.length() == 4);
 }
 
-TEST_CASE("the KV cache appends in place: storage doubles, stays O(L), and survives a beam reorder") {
-  // 40 single-token steps after a 3-token prompt cross the doublings 3 → 6 → 12 → 24 → 48.
-  Generator gen(16);
-  MultiHeadAttention m({16, 4, 2}, gen);
-  Tensor x = Tensor::randn({2, 43, 16}, gen);
-  NoGradGuard no_grad;
-  Tensor full = m.forward({x, Tensor(), true}).out;
-  AttentionCache cache;
-  std::vector<int64_t> capacities;
-  for (int64_t start = 0, length = 3; start < 43; start += length, length = 1) {
+namespace {
+
+// An MHA layer, an input of `tokens` tokens and its full causal forward, for
+// the cache tests.
+struct CachedMHA {
+  Generator gen;
+  MultiHeadAttention m;
+  Tensor x, full;
+  CachedMHA(uint64_t seed, int64_t tokens) : gen(seed), m({16, 4, 2}, gen), x(Tensor::randn({2, tokens, 16}, gen)) {
+    NoGradGuard no_grad;
+    full = m.forward({x, Tensor(), true}).out;
+  }
+  // Feeds tokens [start, start + length) through `cache`: they must give the full forward's rows.
+  void step(AttentionCache& cache, int64_t start, int64_t length) {
     AttentionInput in{x.narrow(1, start, length), Tensor(), true};
     in.cache = &cache;
     CHECK_CLOSE(m.forward(in).out, full.narrow(1, start, length), 1e-5);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the KV cache appends in place: storage doubles, stays O(L), and survives a beam reorder") {
+  // 40 single-token steps after a 3-token prompt cross the doublings 3 → 6 → 12 → 24 → 48.
+  CachedMHA f(16, 43);
+  NoGradGuard no_grad;
+  AttentionCache cache;
+  std::vector<int64_t> capacities;
+  for (int64_t start = 0, length = 3; start < 43; start += length, length = 1) {
+    f.step(cache, start, length);
     CHECK(cache.capacity() < 2 * cache.length() + 1);  // O(L) memory
     if (capacities.empty() || capacities.back() != cache.capacity()) capacities.push_back(cache.capacity());
   }
@@ -109,37 +126,28 @@ TEST_CASE("the KV cache appends in place: storage doubles, stays O(L), and survi
   CHECK(cache.k.shape() == Shape{2, 2, 43, 4});
   CHECK(!cache.k.is_contiguous());  // a view of the storage's valid prefix
   // Beam search's reorder: rows swapped, the next step sees the swapped keys.
-  Tensor swapped_x = cat({x.narrow(0, 1, 1), x.narrow(0, 0, 1)}, 0);
+  Tensor swapped_x = cat({f.x.narrow(0, 1, 1), f.x.narrow(0, 0, 1)}, 0);
   cache.reorder(Tensor::from_vector<int32_t>({1, 0}, {2}));
-  Tensor next = Tensor::randn({2, 1, 16}, gen);
+  Tensor next = Tensor::randn({2, 1, 16}, f.gen);
   AttentionInput in{next, Tensor(), true};
   in.cache = &cache;
-  CHECK_CLOSE(m.forward(in).out, m.forward({cat({swapped_x, next}, 1), Tensor(), true}).out.narrow(1, 43, 1), 1e-5);
+  CHECK_CLOSE(f.m.forward(in).out, f.m.forward({cat({swapped_x, next}, 1), Tensor(), true}).out.narrow(1, 43, 1), 1e-5);
   CHECK(cache.length() == 44);
 }
 
 TEST_CASE("a reserved KV cache allocates once; reserving more keeps what it holds") {
-  Generator gen(17);
-  MultiHeadAttention m({16, 4, 2}, gen);
-  Tensor x = Tensor::randn({2, 30, 16}, gen);
+  CachedMHA f(17, 30);
   NoGradGuard no_grad;
-  Tensor full = m.forward({x, Tensor(), true}).out;
   AttentionCache cache;
   cache.reserve(20);  // prompt 3 + 17 steps: never grows
-  for (int64_t t = 0; t < 20; t += t == 0 ? 3 : 1) {
-    AttentionInput in{x.narrow(1, t, t == 0 ? 3 : 1), Tensor(), true};
-    in.cache = &cache;
-    CHECK_CLOSE(m.forward(in).out, full.narrow(1, t, t == 0 ? 3 : 1), 1e-5);
+  for (int64_t start = 0, length = 3; start < 20; start += length, length = 1) {
+    f.step(cache, start, length);
     CHECK(cache.capacity() == 20);
   }
   cache.reserve(25);  // grows now, with the 20 positions kept
   CHECK(cache.capacity() == 25);
   CHECK(cache.length() == 20);
-  for (int64_t t = 20; t < 30; ++t) {  // past the reservation: doubling again
-    AttentionInput in{x.narrow(1, t, 1), Tensor(), true};
-    in.cache = &cache;
-    CHECK_CLOSE(m.forward(in).out, full.narrow(1, t, 1), 1e-5);
-  }
+  for (int64_t start = 20; start < 30; ++start) f.step(cache, start, 1);  // past the reservation: doubling again
   CHECK(cache.capacity() == 50);
   CHECK_THROWS_HEADROOM(cache.reserve(-1), "a cache cannot reserve -1 positions");
 }
