@@ -30,13 +30,18 @@ std::vector<Tensor> Attention::sum_over_group(const std::vector<Tensor>& parts) 
   {
     NoGradGuard no_grad;
     std::vector<Tensor> flat;
-    for (const Tensor& part : parts) flat.push_back(part.detach().to(Device::cpu()).to(DType::f64).reshape({-1}));
+    for (const Tensor& part : parts)
+      if (part.defined()) flat.push_back(part.detach().to(Device::cpu()).to(DType::f64).reshape({-1}));
     packed = cat(flat, 0).contiguous();
     statistics_group_->all_reduce(packed, ReduceOp::sum);
   }
   std::vector<Tensor> totals;
   int64_t offset = 0;
   for (const Tensor& part : parts) {
+    if (!part.defined()) {
+      totals.push_back(part);
+      continue;
+    }
     Tensor total = packed.narrow(0, offset, part.numel()).reshape(part.shape()).to(part.dtype()).to(part.device());
     offset += part.numel();
     totals.push_back(part.requires_grad() ? part + (total - part.detach()) : total);

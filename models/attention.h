@@ -125,7 +125,8 @@ class Attention : public Module {
   // The statistics of a routed layer's auxiliary loss over the global batch,
   // in one all-reduce per call.  Without a group in training: `parts` as they
   // are.  With one: each part summed over the ranks, its gradient flowing to
-  // this rank's part (value Σ_r t_r, derivative 1 in t).
+  // this rank's part (value Σ_r t_r, derivative 1 in t).  An undefined part
+  // (a statistic the layer's options leave unused) stays undefined.
   std::vector<Tensor> sum_over_group(const std::vector<Tensor>& parts) const;
 
  private:

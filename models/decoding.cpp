@@ -28,6 +28,7 @@ class Stepper {
   // tokens: i32 [N, t] on the CPU, every token so far -> logits of the next one, [N, V] on the CPU
   Tensor next_logits(const Tensor& tokens) {
     Tensor on_device = tokens.to(device_);
+    rows_ = tokens.size(0);
     if (!use_cache_) return last_position(run(on_device, nullptr));
     const int64_t done = cache_.position;
     return last_position(run(on_device.narrow(1, done, tokens.size(1) - done), &cache_));
@@ -36,9 +37,11 @@ class Stepper {
   void reserve(int64_t positions) { cache_.reserved = positions; }
   // Keeps row rows[i] as row i (beam expansion and pruning).  rows: i32 [N'] on the CPU
   void select_rows(const Tensor& rows) {
+    if (keeps_every_row(rows)) return;  // width 1, or every beam grew from itself: nothing moves
     Tensor on_device = rows.to(device_);
     cache_.reorder(on_device);
     select_own_rows(on_device);
+    rows_ = rows.numel();
   }
 
  protected:
@@ -48,6 +51,14 @@ class Stepper {
 
  private:
   static Tensor last_position(const Tensor& logits) { return logits.select(1, logits.size(1) - 1).to(Device::cpu()); }
+  bool keeps_every_row(const Tensor& rows) const {
+    if (rows.numel() != rows_) return false;
+    const std::vector<int32_t> kept = rows.to_vector<int32_t>();
+    for (size_t i = 0; i < kept.size(); ++i)
+      if (kept[i] != int32_t(i)) return false;
+    return true;
+  }
+  int64_t rows_ = -1;  // batch rows the cache and the stepper's own state hold; -1 before the first step
   bool use_cache_;
   Device device_;
   DecoderCache cache_;

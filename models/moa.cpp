@@ -156,18 +156,21 @@ Tensor MoAAttention::aux_loss(const MoARouting& r) const {
   const DType dtype = r.probs.dtype();
   const double E = double(config.num_experts);
   const int64_t rows = r.probs.size(0);
-  // Σ_t p_t, the load c, Σ_t G_t [E] each; Σ_t logsumexp(z_t)² and the rows: one all-reduce in all.
-  const std::vector<Tensor> sums = sum_over_group({sum(r.probs, {0}), r.counts.to(dtype), sum(r.chosen, {0}),
-                                                   sum(pow(logsumexp(r.logits, {1}), 2.0)),
-                                                   Tensor::full({}, double(rows), dtype, r.probs.device())});
+  const bool use_switch = config.w_switch != 0, use_z = config.w_z != 0;
+  const bool use_cv = config.w_cv != 0 && config.num_experts > 1;
+  // Σ_t p_t, the load c, Σ_t G_t [E] each; Σ_t logsumexp(z_t)² and the rows, those the weights use: one all-reduce.
+  const std::vector<Tensor> sums = sum_over_group(
+      {use_switch ? sum(r.probs, {0}) : Tensor(), use_switch ? r.counts.to(dtype) : Tensor(),
+       use_cv ? sum(r.chosen, {0}) : Tensor(), use_z ? sum(pow(logsumexp(r.logits, {1}), 2.0)) : Tensor(),
+       Tensor::full({}, double(rows), dtype, r.probs.device())});
   const Tensor &probs_sum = sums[0], &load = sums[1], &importance_sum = sums[2], &z_squared_sum = sums[3];
   const Tensor& all_rows = sums[4];
   Tensor total = Tensor::zeros({}, dtype, r.probs.device());
-  if (config.w_switch != 0)  // E · Σ_e P_e f_e, pads excluded (their p rows and counts are 0)
+  if (use_switch)  // E · Σ_e P_e f_e, pads excluded (their p rows and counts are 0)
     total = total + config.w_switch * (E * sum(l1_normalise(probs_sum) * l1_normalise(load)));
-  if (config.w_z != 0)  // mean over all rows, pads included, of logsumexp(z)²
+  if (use_z)  // mean over all rows, pads included, of logsumexp(z)²
     total = total + config.w_z * (z_squared_sum / all_rows);
-  if (config.w_cv != 0 && config.num_experts > 1) {  // cv² of the normalised importance Σ_t G_t
+  if (use_cv) {  // cv² of the normalised importance Σ_t G_t
     Tensor importance = l1_normalise(importance_sum);
     total = total + config.w_cv * (var(importance, {0}, 1) / (pow(mean(importance), 2.0) + 1e-10));
   }

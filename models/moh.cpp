@@ -187,10 +187,12 @@ Tensor MoHAttention::load_balance(const Routing& routing) const {
   const int64_t rows = routing.gates.size(0);
   const DType dtype = routing.scores.dtype();
   const Device device = routing.scores.device();
-  const Tensor counted = routing.counted.defined() ? routing.counted : Tensor::ones({rows, 1}, dtype, device);
+  const Tensor& counted = routing.counted;  // [N, 1], or undefined: every token counts
+  auto counted_sum = [&](const Tensor& v) { return sum(counted.defined() ? v * counted : v, {0}); };
+  const Tensor rows_part = Tensor::full({}, double(rows), dtype, device);
   // Σ_t w_t s_t, Σ_t w_t m_t [E_r]; Σ_t w_t and the rows, with w the counted tokens.
-  const std::vector<Tensor> sums = sum_over_group({sum(routing.scores * counted, {0}), sum(routing.mask * counted, {0}),
-                                                   sum(counted), Tensor::full({}, double(rows), dtype, device)});
+  const std::vector<Tensor> sums = sum_over_group({counted_sum(routing.scores), counted_sum(routing.mask),
+                                                   counted.defined() ? sum(counted) : rows_part, rows_part});
   const Tensor tokens = maximum(sums[2], 1.0);
   Tensor balance = sum((sums[0] / tokens) * (sums[1] / tokens));
   if (moh_config.load_balance == MoHConfig::LoadBalance::code) balance = balance * double(routed_heads());
