@@ -66,17 +66,17 @@ std::vector<Kind> kinds(const Options& o) {
   if (o.only.empty()) return list;
   std::vector<Kind> chosen{list[0]};
   for (const std::string& type : examples::split_list(o.only)) {
-    HEADROOM_CHECK(type == "mha" || type == "moh" || type == "moa" || type == "mae", "[bench_decode] --only got ", type,
-                   "; expected mha, moh, moa or mae");
+    if (type != "mha" && type != "moh" && type != "moa" && type != "mae")
+      throw examples::UsageError("--only expects mha, moh, moa or mae, got '" + type + "'");
     for (size_t j = 1; j < list.size(); ++j)
       if (list[j].type == type) chosen.push_back(list[j]);
   }
   return chosen;
 }
 
-std::vector<Method> methods(const Options& o, Generator& gen, Device device) {
+std::vector<Method> methods(const std::vector<Kind>& timed, Generator& gen, Device device) {
   std::vector<Method> list;
-  for (const Kind& kind : kinds(o)) {
+  for (const Kind& kind : timed) {
     ModelConfig config;
     config.dim = kDim, config.heads = kHeads, config.max_len = 1 << 20;
     config.attention = AttentionSpec(kind.type, kind.options);
@@ -195,9 +195,10 @@ double moh_attention_share(const Options& o, const Method& mha, const Method& mo
 }
 
 // The median ms per step of each method, by the order of methods().
-std::vector<double> bench_shape(const Options& o, int64_t batch, int64_t context, Device device) {
+std::vector<double> bench_shape(const Options& o, const std::vector<Kind>& timed, int64_t batch, int64_t context,
+                                Device device) {
   Generator gen(3);
-  std::vector<Method> list = methods(o, gen, device);
+  std::vector<Method> list = methods(timed, gen, device);
   for (Method& m : list) fill_cache(m, batch, context, o.iters + 2, gen, device);
   Tensor x = Tensor::randn({batch, 1, kDim}, gen).to(device);
   NoGradGuard no_grad;
@@ -259,13 +260,12 @@ std::vector<double> bench_shape(const Options& o, int64_t batch, int64_t context
 // Per batch size, each method's ms per step against L, with µs per cached
 // token in brackets: growth linear in L keeps the bracket flat or falling
 // (a fixed cost spread over more tokens); a quadratic term makes it climb.
-void print_growth(const Options& o, int64_t batch, const std::vector<int64_t>& contexts,
+void print_growth(const std::vector<Kind>& timed, int64_t batch, const std::vector<int64_t>& contexts,
                   const std::vector<std::vector<double>>& ms) {
   if (contexts.size() < 2) return;
   std::vector<std::string> columns{"method"};
   for (int64_t L : contexts) columns.push_back("L = " + std::to_string(L));
   Table table("Time per step against L, B = " + std::to_string(batch) + ": ms (µs per cached token)", columns);
-  const std::vector<Kind> timed = kinds(o);
   for (size_t j = 0; j < timed.size(); ++j) {
     std::vector<std::string> cells{timed[j].name};
     for (size_t c = 0; c < contexts.size(); ++c)
@@ -291,13 +291,14 @@ int main(int argc, char** argv) {
     if (!flags.parse(argc, argv)) return 0;
     std::vector<int64_t> batches = examples::parse_int_list("batch", o.batch, 1, 4096);
     std::vector<int64_t> contexts = examples::parse_int_list("context", o.context, 1, 1 << 20);
+    const std::vector<Kind> timed = kinds(o);
     if (o.smoke) o.iters = 1, batches = {1}, contexts = {16};
     if (o.threads > 0) set_num_threads(o.threads);
     const Device device = examples::training_device(o.device);
     for (int64_t batch : batches) {
       std::vector<std::vector<double>> ms;  // [context][method]
-      for (int64_t context : contexts) ms.push_back(bench_shape(o, batch, context, device));
-      print_growth(o, batch, contexts, ms);
+      for (int64_t context : contexts) ms.push_back(bench_shape(o, timed, batch, context, device));
+      print_growth(timed, batch, contexts, ms);
     }
     return 0;
   });

@@ -20,10 +20,10 @@ namespace headroom {
 
 // Per-layer state for incremental (token by token) decoding, for inference
 // (under NoGradGuard).  Self-attention appends the new tokens' keys and
-// values in place: they are written into preallocated storage that doubles
-// when full, so a decode of L tokens copies O(L) cache entries, not O(L²),
-// and k and v are views of the storage's valid prefix, which the CPU
-// attention kernel reads in place.  Cross-attention computes its keys and
+// values in place: they are written into preallocated storage (reserved, or
+// doubled when full), so a decode of L tokens copies O(L) cache entries, not
+// O(L²), and k and v are views of the storage's valid prefix, which the CPU
+// and CUDA attention kernels read in place.  Cross-attention computes its keys and
 // values once from the memory and reuses them.  Methods that need more
 // state (MAE's running prefix sum) keep it in `extra`.
 struct AttentionCache {

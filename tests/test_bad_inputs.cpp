@@ -377,6 +377,7 @@ TEST_CASE("bad inputs: the benchmarks refuse bad flags with status 2 and time a 
               {
                   {{"--batch", "1,x"}, 2, "--batch expects comma-separated integers in [1, 4096]"},
                   {{"--context", ""}, 2, "--context names no value"},
+                  {{"--only", "mha,gqa"}, 2, "--only expects mha, moh, moa or mae, got 'gqa'"},
                   {{"--iters", "0"}, 2, "--iters"},
               },
               data.dir);
