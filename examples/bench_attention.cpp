@@ -142,12 +142,6 @@ std::vector<Candidate> candidates(int64_t d, int64_t h, Generator& gen) {
   return list;
 }
 
-// Waits for the device's queued work, so a timed call includes its kernels
-// (CUDA launches return before the work is done).
-void wait_for(Device device) {
-  if (device.is_cuda()) backend(device).synchronize(device.index);
-}
-
 // "4 thread(s)" on the CPU, the device otherwise: the title's hardware.
 std::string hardware(const Options& o, Device device) {
   return device.is_cpu() ? std::to_string(num_threads()) + " thread(s)" : device.str() + (o.tf32 ? " TF32" : "");

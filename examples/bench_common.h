@@ -1,6 +1,6 @@
 #pragma once
 // Timing and output helpers shared by the benchmark binaries (bench_ops,
-// bench_attention): interleaved side-by-side timing, so that drift and the
+// bench_attention, bench_decode, bench_cuda): interleaved side-by-side timing, so that drift and the
 // host's neighbours hit both sides alike (A, B, B, A, ...; medians; ratio of
 // medians and median of per-pair ratios; docs/performance.md), and Markdown
 // tables.
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "headroom/core/backend.h"
 #include "headroom/core/error.h"
 
 namespace headroom::bench {
@@ -33,6 +34,12 @@ inline double median(const std::vector<double>& values) { return quantile(values
 // The interquartile range relative to the median: how much the timings spread.
 inline double relative_iqr(const std::vector<double>& values) {
   return (quantile(values, 0.75) - quantile(values, 0.25)) / median(values);
+}
+
+// Waits for the device's queued work (a no-op on the CPU), so that a timing
+// covers the kernels and not only their launch.
+inline void wait_for(Device device) {
+  if (device.is_cuda()) backend(device).synchronize(device.index);
 }
 
 // Milliseconds for `reps` calls of fn.

@@ -45,7 +45,7 @@ const Device kGpu = Device::cuda(0);
 std::function<void()> calls_then_sync(const std::function<void()>& fn, int reps) {
   return [&fn, reps] {
     for (int r = 0; r < reps; ++r) fn();
-    backend(kGpu).synchronize(0);
+    wait_for(kGpu);
   };
 }
 

@@ -91,10 +91,6 @@ std::vector<Method> methods(const std::vector<Kind>& timed, Generator& gen, Devi
   return list;
 }
 
-void wait_for(Device device) {
-  if (device.is_cuda()) backend(device).synchronize(device.index);
-}
-
 // A cache of `context` random keys and values, reserved for `context +
 // steps` positions as generation reserves prompt + new tokens (no growth
 // while timing).
