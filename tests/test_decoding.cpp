@@ -107,6 +107,23 @@ TEST_CASE("cached decoding gives the full forward's logits at every step") {
   CHECK_THROWS_HEADROOM(f.lm.forward(tokens, Tensor::zeros({2, 5}, DType::b8), &cache), "takes no target padding");
 }
 
+TEST_CASE("a beam reorder, then the cache's growth: cached logits equal the full forward of the reordered rows") {
+  Models f;
+  NoGradGuard no_grad;
+  // Two rows of 9 tokens; after 5 (capacity 8) the rows swap, as a beam step would; at 9 the storage doubles.
+  Tensor tokens = ids({1, 4, 2, 5, 0, 3, 3, 1, 0, 2, 5, 1, 4, 0, 2, 2, 3, 1}, 2);
+  Tensor swapped = cat({tokens.narrow(0, 1, 1), tokens.narrow(0, 0, 1)}, 0);
+  Tensor full = f.lm.forward(tokens).out, full_swapped = f.lm.forward(swapped).out;
+  DecoderCache cache;
+  for (int64_t t = 0; t < 9; ++t) {
+    if (t == 5) cache.reorder(Tensor::from_vector<int32_t>({1, 0}, {2}));
+    const Tensor& source = t < 5 ? tokens : swapped;
+    CHECK_CLOSE(f.lm.forward(source.narrow(1, t, 1), Tensor(), &cache).out,
+                (t < 5 ? full : full_swapped).narrow(1, t, 1), 1e-5, 1e-5);
+  }
+  CHECK(cache.self[0].capacity() == 16);
+}
+
 TEST_CASE("greedy: cached equals uncached, for both models; eos ends a row") {
   Models f;
   Tensor prompt = ids({1, 2, 3, 4}, 2), prefix = ids({0, 0}, 2);
