@@ -89,7 +89,7 @@ TEST_CASE("Flags usage lists every flag with its default") {
 }
 
 TEST_CASE("Flags reject unknown flags, missing and malformed values") {
-  CHECK_THROWS_HEADROOM(Parsed().parse({"--stepz", "3"}), "unknown flag --stepz");
+  CHECK_THROWS_HEADROOM(Parsed().parse({"--stepz", "3"}), "unknown flag --stepz (did you mean --steps?)");
   CHECK_THROWS_HEADROOM(Parsed().parse({"--steps"}), "--steps needs a value");
   CHECK_THROWS_HEADROOM(Parsed().parse({"--steps", "3x"}), "--steps expects an integer in [1, 1000], got '3x'");
   CHECK_THROWS_HEADROOM(Parsed().parse({"--lr", "fast"}), "--lr expects a number in (0, 10], got 'fast'");
@@ -97,11 +97,34 @@ TEST_CASE("Flags reject unknown flags, missing and malformed values") {
   CHECK_THROWS_HEADROOM(Parsed().parse({"extra"}), "unexpected argument 'extra'");
 }
 
+TEST_CASE("Flags name the nearest flag of a misspelt one, and only a likely typo") {
+  auto message_of = [](std::vector<std::string> args) {
+    try {
+      Parsed().parse(std::move(args));
+    } catch (const UsageError& e) { return std::string(e.what()); }
+    return std::string("no error");
+  };
+  CHECK(message_of({"--atn", "moh"}) == "unknown flag --atn (did you mean --attn?)");
+  CHECK(message_of({"--sed=3"}) == "unknown flag --sed (did you mean --seed?)");
+  CHECK(message_of({"--hlp"}) == "unknown flag --hlp (did you mean --help?)");
+  CHECK(message_of({"--temperature", "1"}) == "unknown flag --temperature");
+}
+
 TEST_CASE("run_main maps usage errors to status 2 and other errors to 1") {
   Parsed p;
   CHECK(run_main(p.flags, [] { return 0; }) == 0);
   CHECK(run_main(p.flags, []() -> int { throw UsageError("bad flag"); }) == 2);
   CHECK(run_main(p.flags, []() -> int { HEADROOM_FAIL("[x] broken"); }) == 1);
+}
+
+TEST_CASE("run_main prints a usage error alone with where the flags are, not the whole usage") {
+  Parsed p;
+  int status = 0;
+  const std::string message = captured_stderr([&] {
+    status = run_main(p.flags, [&] { return p.parse({"--atn", "moh"}) ? 0 : 3; });
+  });
+  CHECK(status == 2);
+  CHECK(message == "error: unknown flag --atn (did you mean --attn?)\nrun 'prog --help' for the flags\n");
 }
 
 TEST_CASE("Flags refuse values outside the declared range, including ones that do not fit the type") {

@@ -198,7 +198,7 @@ bool Flags::parse(int argc, char** argv) {
     bool inline_value = equals != std::string::npos;
     if (inline_value) value = name.substr(equals + 1), name = name.substr(0, equals);
     Flag* flag = find(name);
-    if (flag == nullptr) throw UsageError("unknown flag --" + name);
+    if (flag == nullptr) throw UsageError("unknown flag --" + name + typo_hint(name));
     if (!flag->is_switch && !inline_value) {
       if (i + 1 >= argc) throw UsageError("flag --" + name + " needs a value");
       value = argv[++i];
@@ -208,6 +208,14 @@ bool Flags::parse(int argc, char** argv) {
     flag->set = true;
   }
   return true;
+}
+
+// " (did you mean --attn?)" for a likely typo of a declared flag, else "".
+std::string Flags::typo_hint(const std::string& name) const {
+  std::vector<std::string> names{"help"};
+  for (const auto& flag : flags_) names.push_back(flag.name);
+  const std::string nearest = nearest_name(name, names);
+  return nearest.empty() ? "" : " (did you mean --" + nearest + "?)";
 }
 
 const Flags::Flag& Flags::declared(const std::string& name) const {
@@ -320,7 +328,7 @@ int run_main(const Flags& flags, const std::function<int()>& body) {
   try {
     return body();
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: %s\n\n%s", e.what(), flags.usage().c_str());
+    std::fprintf(stderr, "error: %s\nrun '%s --help' for the flags\n", e.what(), flags.program().c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory; smaller sizes (batch, model, data) need less\n");

@@ -11,8 +11,8 @@
 //   flags.add("attn", &attn, "attention: mha|moa|moh|mae");
 //   if (!flags.parse(argc, argv)) return 0;   // --help was printed
 //
-// A bad flag throws UsageError; main prints its message and the usage and
-// exits with status 2.
+// A bad flag throws UsageError; run_main prints its message and where the
+// flags are listed, and exits with status 2.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -63,7 +63,8 @@ class Flags {
   // A switch: `--name` sets it to true (it takes no value).
   void add(const std::string& name, bool* value, const std::string& help);
   // Returns false after printing the usage for --help; throws UsageError for
-  // unknown flags, missing or malformed values and values out of range.
+  // unknown flags (naming the nearest declared one when it looks like a typo),
+  // missing or malformed values and values out of range.
   bool parse(int argc, char** argv);
   // True when `--name` was added (was_set and value throw for one that was not).
   bool declares(const std::string& name) const;
@@ -72,6 +73,7 @@ class Flags {
   // The current value of `--name` as text (as the config table shows it).
   std::string value(const std::string& name) const;
   std::string usage() const;
+  const std::string& program() const { return program_; }
   // (name, current value) of every flag, in the order they were added.
   std::vector<std::pair<std::string, std::string>> values() const;
 
@@ -86,6 +88,7 @@ class Flags {
   void add_flag(Flag flag);
   Flag* find(const std::string& name);
   const Flag& declared(const std::string& name) const;  // throws for a flag never added
+  std::string typo_hint(const std::string& name) const;
   std::string program_, summary_;
   std::vector<Flag> flags_;
 };
@@ -121,7 +124,8 @@ std::string known_names_hint(const std::string& got, const std::vector<std::stri
 void check_data_exists(const std::string& flag, const std::string& path, const std::string& fetch_part);
 
 // Runs `body` with the error handling every binary shares: a UsageError
-// prints the message and the usage (exit 2), any other headroom::Error or
+// prints "error: ..." and "run 'PROGRAM --help' for the flags" (exit 2; the
+// usage itself would scroll the error away), any other headroom::Error or
 // std::exception prints "error: ..." (exit 1), an allocation failure as
 // "error: out of memory".
 int run_main(const Flags& flags, const std::function<int()>& body);
