@@ -118,7 +118,7 @@ template Tensor Tensor::from_vector(const std::vector<double>&, const Shape&);
 template Tensor Tensor::from_vector(const std::vector<int32_t>&, const Shape&);
 template Tensor Tensor::from_vector(const std::vector<uint8_t>&, const Shape&);
 
-Tensor Tensor::rand(const Shape& shape, Generator& gen, DType dtype, double low, double high) {
+Tensor Tensor::rand(const Shape& shape, Generator& gen, double low, double high, DType dtype) {
   check_floating("rand", Tensor::empty({0}, dtype), "dtype");
   Tensor t = empty(shape, dtype);
   uint64_t first = gen.reserve(t.numel());
@@ -131,7 +131,7 @@ Tensor Tensor::rand(const Shape& shape, Generator& gen, DType dtype, double low,
   return t;
 }
 
-Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, double mean, double stddev) {
+Tensor Tensor::randn(const Shape& shape, Generator& gen, double mean, double stddev, DType dtype) {
   check_floating("randn", Tensor::empty({0}, dtype), "dtype");
   Tensor t = empty(shape, dtype);
   // Box-Muller: draws 2i and 2i+1 give element i.
@@ -146,7 +146,7 @@ Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, double mea
   return t;
 }
 
-Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, DType dtype, Device device) {
+Tensor Tensor::randint(const Shape& shape, Generator& gen, int64_t low, int64_t high, DType dtype, Device device) {
   HEADROOM_CHECK(low < high, "[randint] got low = ", low, " and high = ", high,
                  ", expected low < high (values are drawn from [low, high))");
   HEADROOM_CHECK(dtype != DType::b8, "[randint] expected dtype i32, f32 or f64, got ", dtype_name(dtype));
@@ -168,8 +168,8 @@ Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, Generator&
 
 Tensor Tensor::rand(const Shape& shape, DType dtype) { return rand(shape, default_generator(), dtype); }
 Tensor Tensor::randn(const Shape& shape, DType dtype) { return randn(shape, default_generator(), dtype); }
-Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Device device) {
-  return randint(low, high, shape, default_generator(), dtype, device);
+Tensor Tensor::randint(const Shape& shape, int64_t low, int64_t high, DType dtype, Device device) {
+  return randint(shape, default_generator(), low, high, dtype, device);
 }
 
 // ---- metadata -----------------------------------------------------------------

@@ -68,18 +68,24 @@ class Tensor {
   template <typename T> static Tensor from_vector(const std::vector<T>& values) {
     return from_vector(values, {static_cast<int64_t>(values.size())});
   }
-  // Uniform in [low, high) and standard normal draws (rng.h documents the stream).
-  static Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::f32, double low = 0, double high = 1);
-  static Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::f32, double mean = 0, double stddev = 1);
-  static Tensor rand(const Shape& shape, DType dtype = DType::f32);   // default_generator()
-  static Tensor randn(const Shape& shape, DType dtype = DType::f32);  // default_generator()
+  // Random tensors take one order: shape, generator, the distribution's
+  // parameters, dtype.  Uniform in [low, high) and normal draws (rng.h
+  // documents the stream); without a generator, default_generator().
+  static Tensor rand(const Shape& shape, Generator& gen, double low, double high, DType dtype = DType::f32);
+  static Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::f32) { return rand(shape, gen, 0, 1, dtype); }
+  static Tensor randn(const Shape& shape, Generator& gen, double mean, double stddev, DType dtype = DType::f32);
+  static Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::f32) {
+    return randn(shape, gen, 0, 1, dtype);
+  }
+  static Tensor rand(const Shape& shape, DType dtype = DType::f32);
+  static Tensor randn(const Shape& shape, DType dtype = DType::f32);
   // Uniform integers in [low, high), low < high, as i32, f32 or f64 values;
   // every integer of the range must be exact in the dtype (|v| <= 2^24 for
   // f32, 2^53 for f64).  Drawn on the CPU, then moved to `device`.
-  static Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, DType dtype = DType::i32,
+  static Tensor randint(const Shape& shape, Generator& gen, int64_t low, int64_t high, DType dtype = DType::i32,
                         Device device = Device::cpu());
-  static Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::i32,
-                        Device device = Device::cpu());  // default_generator()
+  static Tensor randint(const Shape& shape, int64_t low, int64_t high, DType dtype = DType::i32,
+                        Device device = Device::cpu());
 
   // ---- metadata -------------------------------------------------------
   bool defined() const { return impl_ != nullptr; }

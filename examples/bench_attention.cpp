@@ -319,7 +319,7 @@ void run_training_steps(const Options& o, Device device) {
     DecoderLM lm(c, gen);
     lm.to(device);
     AdamW opt(lm.parameters(), 1e-4);
-    Tensor tokens = Tensor::rand({o.batch, T}, gen, DType::f32, 0, 256).to(DType::i32).to(device);
+    Tensor tokens = Tensor::rand({o.batch, T}, gen, 0, 256, DType::f32).to(DType::i32).to(device);
     auto step = [&] {
       opt.zero_grad();
       ModelOutput out = lm.forward(tokens);

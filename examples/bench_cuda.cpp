@@ -213,7 +213,7 @@ void bench_training_step(const Options& o, const std::map<std::string, double>& 
   DecoderLM lm(c, gen);
   lm.to(kGpu);
   AdamW opt(lm.parameters(), 1e-4);
-  Tensor tokens = Tensor::rand({batch, T}, gen, DType::f32, 0, 256).to(DType::i32).to(kGpu);
+  Tensor tokens = Tensor::rand({batch, T}, gen, 0, 256, DType::f32).to(DType::i32).to(kGpu);
   std::function<void()> step = [&] {
     opt.zero_grad();
     ModelOutput out = lm.forward(tokens);

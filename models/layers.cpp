@@ -11,8 +11,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Genera
   HEADROOM_CHECK(in_features > 0 && out_features > 0, "[Linear] sizes must be positive, got in=", in_features,
                  " out=", out_features);
   const double bound = 1.0 / std::sqrt(double(in_features));
-  weight = register_parameter("weight", Tensor::rand({out_features, in_features}, gen, DType::f32, -bound, bound));
-  if (with_bias) bias = register_parameter("bias", Tensor::rand({out_features}, gen, DType::f32, -bound, bound));
+  weight = register_parameter("weight", Tensor::rand({out_features, in_features}, gen, -bound, bound, DType::f32));
+  if (with_bias) bias = register_parameter("bias", Tensor::rand({out_features}, gen, -bound, bound, DType::f32));
 }
 
 Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }

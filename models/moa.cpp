@@ -18,7 +18,7 @@ namespace {
 // Xavier-uniform: U(-a, a), a = gain·√(6 / (fan_in + fan_out)).
 Tensor xavier_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out, double gain, Generator& gen) {
   const double bound = gain * std::sqrt(6.0 / double(fan_in + fan_out));
-  return Tensor::rand(shape, gen, DType::f32, -bound, bound);
+  return Tensor::rand(shape, gen, -bound, bound, DType::f32);
 }
 
 // log(1 + eˣ), linear above 20 as PyTorch's softplus (so exp never overflows).

@@ -129,7 +129,7 @@ namespace {
 // Overwrites a freshly registered parameter with N(0, stddev²) draws.
 void init_normal(const Tensor& param, double stddev, Generator& gen) {
   NoGradGuard no_grad;
-  param.detach().copy_(Tensor::randn(param.shape(), gen, param.dtype(), 0, stddev));
+  param.detach().copy_(Tensor::randn(param.shape(), gen, 0, stddev, param.dtype()));
 }
 
 void check_config(bool ok, const char* model, const char* what) { HEADROOM_CHECK(ok, "[", model, "] config: ", what); }

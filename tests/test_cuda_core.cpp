@@ -50,8 +50,8 @@ TEST_CASE("cuda: fill_, zeros and full on the device") {
 TEST_CASE("cuda: randint on the device holds the CPU's draws") {
   for (DType dtype : {DType::i32, DType::f32}) {
     Generator on_cpu(6), on_cuda(6);
-    Tensor expected = Tensor::randint(-4, 9, {3, 70}, on_cpu, dtype);
-    Tensor got = Tensor::randint(-4, 9, {3, 70}, on_cuda, dtype, Device::cuda());
+    Tensor expected = Tensor::randint({3, 70}, on_cpu, -4, 9, dtype);
+    Tensor got = Tensor::randint({3, 70}, on_cuda, -4, 9, dtype, Device::cuda());
     CHECK(got.device() == Device::cuda());
     CHECK(got.dtype() == dtype);
     CHECK(compare(got.to(Device::cpu()), expected, 0) == "");

@@ -17,7 +17,7 @@ using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
 
 // Integers in {-2, ..., 2} as floats: ties, zeros and clamp bounds occur.
 Tensor small_ints(const Shape& shape, Generator& gen, DType dtype = DType::f32) {
-  return Tensor::rand(shape, gen, DType::f64, -2.99, 3).to(DType::i32).to(dtype);
+  return Tensor::rand(shape, gen, -2.99, 3, DType::f64).to(DType::i32).to(dtype);
 }
 
 struct NamedBinary {
@@ -34,7 +34,7 @@ const NamedBinary kBinaryOps[] = {{"add", headroom::add},        {"sub", headroo
 Inputs binary_inputs(const std::string& op, const Shape& a_shape, const Shape& b_shape, Generator& gen, DType dtype) {
   auto draw = [&](const Shape& shape, bool positive) {
     if (op == "maximum" || op == "minimum") return small_ints(shape, gen, dtype);
-    return positive ? Tensor::rand(shape, gen, dtype, 0.5, 2) : Tensor::randn(shape, gen, dtype);
+    return positive ? Tensor::rand(shape, gen, 0.5, 2, dtype) : Tensor::randn(shape, gen, dtype);
   };
   return {draw(a_shape, op == "pow"), draw(b_shape, op == "div")};
 }
@@ -58,8 +58,8 @@ const NamedUnary kUnaryOps[] = {
 // x for an activation: positive draws for log and sqrt; otherwise normal
 // draws, or small integers (exact zeros and clamp bounds) when `ints`.
 Tensor unary_input(const NamedUnary& op, const Shape& shape, Generator& gen, DType dtype, bool ints) {
-  if (op.positive) return Tensor::rand(shape, gen, dtype, 0.1, 3);
-  return ints ? small_ints(shape, gen, dtype) : Tensor::randn(shape, gen, dtype, 0, 2);
+  if (op.positive) return Tensor::rand(shape, gen, 0.1, 3, dtype);
+  return ints ? small_ints(shape, gen, dtype) : Tensor::randn(shape, gen, 0, 2, dtype);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ constexpr double kTol64 = 1e-12;
 
 Tensor randn(const Shape& shape, uint64_t seed, DType dtype = DType::f32, double stddev = 1) {
   Generator gen(seed);
-  return Tensor::randn(shape, gen, dtype, 0, stddev);
+  return Tensor::randn(shape, gen, 0, stddev, dtype);
 }
 
 // Targets in [0, classes), every third one set to `ignored`.

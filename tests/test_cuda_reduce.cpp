@@ -20,7 +20,7 @@ using Dims = std::vector<int64_t>;
 
 // Integers in {-2, ..., 2} as floats: many ties within a slice.
 Tensor small_ints(const Shape& shape, Generator& gen, DType dtype = DType::f32) {
-  return Tensor::rand(shape, gen, DType::f64, -2.99, 3).to(DType::i32).to(dtype);
+  return Tensor::rand(shape, gen, -2.99, 3, DType::f64).to(DType::i32).to(dtype);
 }
 
 struct Case {

@@ -23,7 +23,7 @@ Tensor randn(const Shape& shape, uint64_t seed, DType dtype = DType::f64) {
 // A leaf that requires grad; `positive` draws from [0.5, 2) for log, sqrt, pow and div.
 Tensor param(const Shape& shape, uint64_t seed, bool positive = false) {
   Generator g(seed);
-  Tensor t = positive ? Tensor::rand(shape, g, DType::f64, 0.5, 2) : Tensor::randn(shape, g, DType::f64);
+  Tensor t = positive ? Tensor::rand(shape, g, 0.5, 2, DType::f64) : Tensor::randn(shape, g, DType::f64);
   return t.set_requires_grad();
 }
 
@@ -121,7 +121,7 @@ std::vector<UnaryCase> unary_cases() {
 
 Tensor draw(const Shape& shape, uint64_t seed, bool positive, DType dtype) {
   Generator g(seed);
-  return positive ? Tensor::rand(shape, g, dtype, 0.5, 2) : Tensor::randn(shape, g, dtype);
+  return positive ? Tensor::rand(shape, g, 0.5, 2, dtype) : Tensor::randn(shape, g, dtype);
 }
 
 }  // namespace

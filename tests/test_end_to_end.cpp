@@ -12,7 +12,7 @@ namespace {
 
 // Label = 1 when x0 * x1 > 0: not linearly separable.  x: [n, 2], y: i32 [n]
 std::pair<Tensor, Tensor> quadrants(int64_t n, Generator& gen) {
-  Tensor x = Tensor::rand({n, 2}, gen, DType::f32, -1, 1);
+  Tensor x = Tensor::rand({n, 2}, gen, -1, 1, DType::f32);
   std::vector<float> v = x.to_vector<float>();
   std::vector<int32_t> y(n);
   for (int64_t i = 0; i < n; ++i) y[i] = v[2 * i] * v[2 * i + 1] > 0;

@@ -204,7 +204,7 @@ TEST_CASE("MoA zero-initialised router: ties pick experts 0..k-1; gradcheck with
   m.to(DType::f64);
   // Positive inputs: raising the logit of a chosen expert (or lowering an
   // unchosen one) keeps the selection, so one-sided differences are valid.
-  Tensor x = Tensor::rand({1, 4, 8}, gen, DType::f64, 0.5, 1.5).set_requires_grad();
+  Tensor x = Tensor::rand({1, 4, 8}, gen, 0.5, 1.5, DType::f64).set_requires_grad();
   AttentionInput in{x, Tensor(), true};
   in.query_padding = pad_mask({0, 0, 0, 1}, 1, 4);
   AttentionOutput o = m.forward(in);

@@ -127,9 +127,16 @@ TEST_CASE("rng is counter based, seeded and reproducible") {
   for (float x : v) var += (x - mean) * (x - mean) / 1000.0;
   CHECK(std::abs(mean) < 0.1);
   CHECK(std::abs(var - 1) < 0.1);
-  std::vector<float> u = Tensor::rand({1000}, g1, DType::f32, -2, 2).to_vector<float>();
+  std::vector<float> u = Tensor::rand({1000}, g1, -2, 2, DType::f32).to_vector<float>();
   CHECK(*std::min_element(u.begin(), u.end()) >= -2);
   CHECK(*std::max_element(u.begin(), u.end()) < 2);
+  // One order for every random tensor: shape, generator, the distribution's parameters, dtype.
+  Generator h1(4), h2(4), h3(4), h4(4);
+  CHECK_CLOSE(Tensor::rand({6}, h1, 2, 5, DType::f64), Tensor::rand({6}, h2, DType::f64) * 3 + 2, 1e-12);
+  CHECK_CLOSE(Tensor::randn({6}, h3, 1, 2, DType::f64), Tensor::randn({6}, h4, DType::f64) * 2 + 1, 1e-12);
+  Generator i1(4), i2(4);
+  CHECK(Tensor::randint({6}, i1, 10, 20, DType::f64).to_vector<double>() ==
+        (Tensor::randint({6}, i2, 0, 10, DType::f64) + 10).to_vector<double>());
 }
 
 TEST_CASE("a row share: the ranks' draws for their rows put together are one process's draws for the batch") {
@@ -160,14 +167,14 @@ TEST_CASE("a row share: the ranks' draws for their rows put together are one pro
 
 TEST_CASE("randint: integers low <= v < high, one draw each, seeded, about uniform, in i32, f32 and f64") {
   Generator g1(5), g2(5), g3(6);
-  Tensor a = Tensor::randint(-3, 7, {40, 50}, g1);
+  Tensor a = Tensor::randint({40, 50}, g1, -3, 7);
   CHECK(a.dtype() == DType::i32);
   CHECK(a.shape() == Shape{40, 50});
   CHECK(a.device().is_cpu());
   CHECK(g1.offset() == 2000);
   const std::vector<int32_t> v = a.to_vector<int32_t>();
-  CHECK(v == Tensor::randint(-3, 7, {40, 50}, g2).to_vector<int32_t>());
-  CHECK(v != Tensor::randint(-3, 7, {40, 50}, g3).to_vector<int32_t>());
+  CHECK(v == Tensor::randint({40, 50}, g2, -3, 7).to_vector<int32_t>());
+  CHECK(v != Tensor::randint({40, 50}, g3, -3, 7).to_vector<int32_t>());
   // Each of the 10 values about 200 times (binomial sd 13.4); chi-square over 9 degrees of freedom.
   std::vector<int64_t> counts(10, 0);
   for (int32_t x : v) {
@@ -183,17 +190,17 @@ TEST_CASE("randint: integers low <= v < high, one draw each, seeded, about unifo
   }
   CHECK(chi_square < 27.9);  // the 0.999 quantile
   // A one-value range, and the draws are the same whichever dtype holds them.
-  CHECK(Tensor::randint(4, 5, {3}, g1).to_vector<int32_t>() == std::vector<int32_t>{4, 4, 4});
+  CHECK(Tensor::randint({3}, g1, 4, 5).to_vector<int32_t>() == std::vector<int32_t>{4, 4, 4});
   Generator f1(9), f2(9), f3(9);
-  const std::vector<double> as_i32 = Tensor::randint(-50, 50, {64}, f1).to_vector<double>();
-  CHECK(Tensor::randint(-50, 50, {64}, f2, DType::f32).to_vector<double>() == as_i32);
-  Tensor as_f64 = Tensor::randint(-50, 50, {64}, f3, DType::f64);
+  const std::vector<double> as_i32 = Tensor::randint({64}, f1, -50, 50).to_vector<double>();
+  CHECK(Tensor::randint({64}, f2, -50, 50, DType::f32).to_vector<double>() == as_i32);
+  Tensor as_f64 = Tensor::randint({64}, f3, -50, 50, DType::f64);
   CHECK(as_f64.dtype() == DType::f64);
   CHECK(as_f64.to_vector<double>() == as_i32);
   // The widest ranges each dtype holds exactly: every value an integer within bounds, both signs drawn.
   const int64_t two53 = int64_t(1) << 53;
-  Tensor wide_i32 = Tensor::randint(INT32_MIN, int64_t(INT32_MAX) + 1, {1000}, g1);
-  Tensor wide_f64 = Tensor::randint(-two53, two53 + 1, {1000}, g1, DType::f64);
+  Tensor wide_i32 = Tensor::randint({1000}, g1, INT32_MIN, int64_t(INT32_MAX) + 1);
+  Tensor wide_f64 = Tensor::randint({1000}, g1, -two53, two53 + 1, DType::f64);
   int64_t negative = 0;
   for (const Tensor& wide : {wide_i32, wide_f64})
     for (double x : wide.to_vector<double>()) {
@@ -205,24 +212,24 @@ TEST_CASE("randint: integers low <= v < high, one draw each, seeded, about unifo
   CHECK(negative < 1100);
   // The default generator's overload follows manual_seed.
   manual_seed(21);
-  const std::vector<int32_t> seeded = Tensor::randint(0, 1000, {16}).to_vector<int32_t>();
+  const std::vector<int32_t> seeded = Tensor::randint({16}, 0, 1000).to_vector<int32_t>();
   manual_seed(21);
-  CHECK(Tensor::randint(0, 1000, {16}).to_vector<int32_t>() == seeded);
-  CHECK(Tensor::randint(0, 3, {0}, g1).numel() == 0);
+  CHECK(Tensor::randint({16}, 0, 1000).to_vector<int32_t>() == seeded);
+  CHECK(Tensor::randint({0}, g1, 0, 3).numel() == 0);
 }
 
 TEST_CASE("randint errors: an empty range, a dtype that cannot hold the range, b8; nothing is drawn") {
   Generator g(1);
-  CHECK_THROWS_HEADROOM(Tensor::randint(5, 5, {3}, g),
+  CHECK_THROWS_HEADROOM(Tensor::randint({3}, g, 5, 5),
                         "[randint] got low = 5 and high = 5, expected low < high (values are drawn from [low, high))");
-  CHECK_THROWS_HEADROOM(Tensor::randint(2, -1, {3}, g), "got low = 2 and high = -1, expected low < high");
-  CHECK_THROWS_HEADROOM(Tensor::randint(0, int64_t(INT32_MAX) + 2, {3}, g),
+  CHECK_THROWS_HEADROOM(Tensor::randint({3}, g, 2, -1), "got low = 2 and high = -1, expected low < high");
+  CHECK_THROWS_HEADROOM(Tensor::randint({3}, g, 0, int64_t(INT32_MAX) + 2),
                         "[randint] got [low, high) = [0, 2147483649), expected values in [-2147483648, 2147483647] "
                         "for dtype i32");
-  CHECK_THROWS_HEADROOM(Tensor::randint(-(int64_t(1) << 24) - 1, 0, {3}, g, DType::f32),
+  CHECK_THROWS_HEADROOM(Tensor::randint({3}, g, -(int64_t(1) << 24) - 1, 0, DType::f32),
                         "expected values in [-16777216, 16777216] for dtype f32");
-  CHECK_THROWS_HEADROOM(Tensor::randint(0, (int64_t(1) << 53) + 2, {3}, g, DType::f64), "for dtype f64");
-  CHECK_THROWS_HEADROOM(Tensor::randint(0, 2, {3}, g, DType::b8), "[randint] expected dtype i32, f32 or f64, got b8");
+  CHECK_THROWS_HEADROOM(Tensor::randint({3}, g, 0, (int64_t(1) << 53) + 2, DType::f64), "for dtype f64");
+  CHECK_THROWS_HEADROOM(Tensor::randint({3}, g, 0, 2, DType::b8), "[randint] expected dtype i32, f32 or f64, got b8");
   CHECK(g.offset() == 0);
 }
 

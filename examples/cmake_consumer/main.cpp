@@ -8,7 +8,7 @@ using namespace headroom;
 int main() try {
   const Device device = device_count(Device::Kind::cuda) > 0 ? Device::cuda() : Device::cpu();
   Generator gen(7);
-  Tensor x = Tensor::rand({256, 2}, gen, DType::f32, -1, 1);
+  Tensor x = Tensor::rand({256, 2}, gen, -1, 1, DType::f32);
   Tensor y = (x.select(1, 0) * x.select(1, 1)).to(device);  // [256]
   x = x.to(device);
   Linear hidden(2, 32, /*bias=*/true, gen), out(32, 1, /*bias=*/true, gen);

@@ -44,7 +44,7 @@ ModelConfig model_config(const std::string& type) {
 // function of the step (as the binaries' batches are of seed and step).
 std::pair<Tensor, Tensor> global_batch(int64_t step) {
   Generator gen(1000 + uint64_t(step));
-  Tensor tokens = Tensor::randint(1, 10, {8, 7}, gen);
+  Tensor tokens = Tensor::randint({8, 7}, gen, 1, 10);
   return {tokens.narrow(1, 0, 6).contiguous(), tokens.narrow(1, 1, 6).contiguous()};
 }
 
