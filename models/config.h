@@ -99,7 +99,11 @@ struct ModelConfig {
   double attn_dropout = 0;  // attention probabilities
   NormPlacement norm = NormPlacement::pre;
   PositionKind positions = PositionKind::sinusoidal;
-  int64_t max_len = 512;          // longest sequence the learned positions cover
+  // The context: the longest sequence the model is trained and run at (an LM's
+  // training windows, a seq2seq model's longest source or target).  Learned
+  // positions cover exactly these; decoding slides its window past them
+  // (models/decoding.h); other position kinds accept longer inputs.
+  int64_t max_len = 512;
   bool tie_embeddings = false;    // LM head shares the (target) token embedding
   bool scale_embeddings = false;  // multiply token embeddings by √d (Vaswani et al., fairseq)
   double norm_eps = 1e-5;

@@ -19,27 +19,37 @@ namespace {
 
 // Next-token logits for a batch of growing sequences, with or without a
 // cache.  The sequences are chosen on the host; the model runs on its device
-// (the cache stays there), and the logits come back to the host.
+// (the cache stays there), and the logits come back to the host.  Past the
+// window, each step re-encodes the last `window` tokens (decoding.h).
 class Stepper {
  public:
-  Stepper(bool use_cache, Device device) : use_cache_(use_cache), device_(device) {}
+  Stepper(const GenerateOptions& opts, int64_t context, Device device)
+      : use_cache_(opts.use_cache),
+        slide_(opts.slide),
+        window_(opts.window > 0 ? opts.window : context),
+        device_(device) {
+    HEADROOM_CHECK(opts.window >= 0 && window_ >= 1, "[decoding] expected a window >= 1 (0: the model's context), got ",
+                   opts.window, " with a context of ", context);
+  }
   virtual ~Stepper() = default;
 
   // tokens: i32 [N, t] on the CPU, every token so far -> logits of the next one, [N, V] on the CPU
   Tensor next_logits(const Tensor& tokens) {
-    Tensor on_device = tokens.to(device_);
+    const int64_t t = tokens.size(1);
     rows_ = tokens.size(0);
+    if (t > window_) return last_position(run(sliding_window(tokens).to(device_), nullptr));
+    Tensor on_device = tokens.to(device_);
     if (!use_cache_) return last_position(run(on_device, nullptr));
     const int64_t done = cache_.position;
-    return last_position(run(on_device.narrow(1, done, tokens.size(1) - done), &cache_));
+    return last_position(run(on_device.narrow(1, done, t - done), &cache_));
   }
-  // Every layer's cache sized for `positions` tokens at once (prefix + new tokens).
-  void reserve(int64_t positions) { cache_.reserved = positions; }
+  // Every layer's cache sized for `positions` tokens at once (prefix + new tokens), at most the window.
+  void reserve(int64_t positions) { cache_.reserved = std::min(positions, window_); }
   // Keeps row rows[i] as row i (beam expansion and pruning).  rows: i32 [N'] on the CPU
   void select_rows(const Tensor& rows) {
     if (keeps_every_row(rows)) return;  // width 1, or every beam grew from itself: nothing moves
     Tensor on_device = rows.to(device_);
-    cache_.reorder(on_device);
+    if (!past_window_) cache_.reorder(on_device);
     select_own_rows(on_device);
     rows_ = rows.numel();
   }
@@ -51,6 +61,16 @@ class Stepper {
 
  private:
   static Tensor last_position(const Tensor& logits) { return logits.select(1, logits.size(1) - 1).to(Device::cpu()); }
+  // tokens [N, t], t > window -> the last window tokens [N, window]; the cache is no longer used.
+  Tensor sliding_window(const Tensor& tokens) {
+    HEADROOM_CHECK(slide_, "[decoding] the sequence reaches ", tokens.size(1), " tokens, past the window of ", window_,
+                   " (the model's context, or GenerateOptions::window); set GenerateOptions::slide to keep the "
+                   "last ",
+                   window_, " tokens, or ask for fewer new tokens");
+    if (!past_window_) cache_ = DecoderCache();  // frees the layers' keys and values
+    past_window_ = true;
+    return tokens.narrow(1, tokens.size(1) - window_, window_).contiguous();
+  }
   bool keeps_every_row(const Tensor& rows) const {
     if (rows.numel() != rows_) return false;
     const std::vector<int32_t> kept = rows.to_vector<int32_t>();
@@ -59,14 +79,17 @@ class Stepper {
     return true;
   }
   int64_t rows_ = -1;  // batch rows the cache and the stepper's own state hold; -1 before the first step
-  bool use_cache_;
+  bool use_cache_, slide_;
+  int64_t window_;
+  bool past_window_ = false;  // the sequences have passed the window: every step re-encodes it
   Device device_;
   DecoderCache cache_;
 };
 
 class LMStepper : public Stepper {
  public:
-  LMStepper(DecoderLM& model, bool use_cache) : Stepper(use_cache, model.device()), model_(model) {}
+  LMStepper(DecoderLM& model, const GenerateOptions& opts)
+      : Stepper(opts, model.config.max_len, model.device()), model_(model) {}
 
  protected:
   Tensor run(const Tensor& tokens, DecoderCache* cache) override { return model_.forward(tokens, Tensor(), cache).out; }
@@ -84,8 +107,8 @@ Tensor select_batch_rows(const Tensor& t, const Tensor& rows) {
 
 class Seq2SeqStepper : public Stepper {
  public:
-  Seq2SeqStepper(EncoderDecoder& model, const Source& src, bool use_cache)
-      : Stepper(use_cache, model.device()), model_(model) {
+  Seq2SeqStepper(EncoderDecoder& model, const Source& src, const GenerateOptions& opts)
+      : Stepper(opts, model.config.max_len, model.device()), model_(model) {
     if (src.padding.defined()) padding_ = src.padding.to(device());
     memory_ = model.encode(src.tokens.to(device()), padding_).out;
   }
@@ -213,10 +236,28 @@ Choose sampler(double temperature, int64_t top_k, Generator& gen) {
 
 // ---- beam search --------------------------------------------------------------------------
 
+// The length of the prefix rows a and b share.
+size_t shared_length(const Row& a, const Row& b) {
+  const size_t n = std::min(a.size(), b.size());
+  return size_t(std::mismatch(a.begin(), a.begin() + n, b.begin()).first - a.begin());
+}
+
 struct Hypothesis {
-  Row tokens;        // new tokens
-  double raw = 0;    // Σ log p
-  double score = 0;  // raw / len^length_penalty
+  Row tokens;                     // new tokens
+  std::vector<double> raw_after;  // per token i: Σ log p of tokens 0..i
+  double raw = 0;                 // Σ log p of all of them; -inf marks a dead slot
+  double score = 0;               // raw / len^length_penalty, once finished
+
+  Hypothesis extended(int32_t token, double new_raw) const {
+    Hypothesis h{tokens, raw_after, new_raw, 0};
+    h.tokens.push_back(token);
+    h.raw_after.push_back(new_raw);
+    return h;
+  }
+  Hypothesis first(size_t length) const {
+    return {Row(tokens.begin(), tokens.begin() + length),
+            std::vector<double>(raw_after.begin(), raw_after.begin() + length), length ? raw_after[length - 1] : 0, 0};
+  }
 };
 
 struct Candidate {
@@ -238,11 +279,13 @@ class BeamSearch {
       for (int64_t j = 0; j < K_; ++j) {
         expand.push_back(int32_t(b));
         rows_.push_back(prefixes[b]);
-        live_.push_back({{}, j == 0 ? 0.0 : -INFINITY, 0});
+        live_.push_back({{}, {}, j == 0 ? 0.0 : -INFINITY, 0});
       }
     stepper_.select_rows(to_index(expand));
     stepper_.reserve(prefix.size(1) + opts.max_new);
     finished_.resize(B_);
+    emitted_.assign(B_, 0);
+    stopped_.assign(B_, false);
   }
 
   Generated run() {
@@ -258,8 +301,7 @@ class BeamSearch {
           Candidate c = j < int64_t(chosen.size()) ? chosen[j] : Candidate{-INFINITY, int32_t(j), 0};
           const int64_t from = b * K_ + c.beam, to = b * K_ + j;
           parents[to] = int32_t(from);
-          next[to] = {live_[from].tokens, c.raw, 0};
-          next[to].tokens.push_back(c.token);
+          next[to] = live_[from].extended(c.token, c.raw);
           next_rows[to] = rows_[from];
           next_rows[to].push_back(c.token);
         }
@@ -267,15 +309,24 @@ class BeamSearch {
       stepper_.select_rows(to_index(parents));
       live_ = std::move(next);
       rows_ = std::move(next_rows);
+      for (int64_t b = 0; b < B_; ++b) stream_settled(b);
     }
-    for (int64_t b = 0; b < B_; ++b)
+    for (int64_t b = 0; b < B_; ++b) {
       for (int64_t j = 0; j < K_ && !done(b); ++j)
         if (std::isfinite(live_[b * K_ + j].raw)) finish(b, live_[b * K_ + j]);
-    return best();
+      if (const Hypothesis* top = best_of(b); top && !stopped_[b]) emit(b, *top, top->tokens.size());
+    }
+    Generated result;
+    for (int64_t b = 0; b < B_; ++b) {
+      const Hypothesis* top = best_of(b);
+      result.tokens.push_back(top ? top->tokens : Row());
+      result.scores.push_back(top ? top->score : -INFINITY);
+    }
+    return result;
   }
 
  private:
-  bool done(int64_t b) const { return int64_t(finished_[b].size()) >= K_; }
+  bool done(int64_t b) const { return stopped_[b] || int64_t(finished_[b].size()) >= K_; }
   bool all_done() const {
     for (int64_t b = 0; b < B_; ++b)
       if (!done(b)) return false;
@@ -304,25 +355,48 @@ class BeamSearch {
       if (c.token != opts_.eos) {
         kept.push_back(c);
       } else if (int64_t(rank) < K_) {
-        Hypothesis h = live_[b * K_ + c.beam];
-        h.tokens.push_back(c.token);
-        h.raw = c.raw;
-        finish(b, std::move(h));
+        finish(b, live_[b * K_ + c.beam].extended(c.token, c.raw));
       }
     }
     return kept;
   }
 
-  Generated best() const {
-    Generated result;
-    for (int64_t b = 0; b < B_; ++b) {
-      const Hypothesis* top = nullptr;
-      for (const Hypothesis& h : finished_[b])
-        if (!top || h.score > top->score) top = &h;
-      result.tokens.push_back(top ? top->tokens : Row());
-      result.scores.push_back(top ? top->score : -INFINITY);
+  const Hypothesis* best_of(int64_t b) const {
+    const Hypothesis* top = nullptr;
+    for (const Hypothesis& h : finished_[b])
+      if (!top || h.score > top->score) top = &h;
+    return top;
+  }
+
+  // Streaming: the tokens every live and finished hypothesis of source b
+  // shares are settled (the result starts with them), so they go to on_token
+  // as soon as they are.
+  void stream_settled(int64_t b) {
+    if (!opts_.on_token || stopped_[b]) return;
+    std::vector<const Hypothesis*> all;
+    for (int64_t j = 0; j < K_; ++j)
+      if (std::isfinite(live_[b * K_ + j].raw)) all.push_back(&live_[b * K_ + j]);
+    for (const Hypothesis& h : finished_[b]) all.push_back(&h);
+    if (all.empty()) return;
+    size_t settled = all[0]->tokens.size();
+    for (const Hypothesis* h : all) settled = std::min(settled, shared_length(all[0]->tokens, h->tokens));
+    emit(b, *all[0], settled);
+  }
+
+  // Calls on_token with tokens emitted_[b] .. upto-1 of h (eos is not
+  // streamed, as in greedy); a false return makes h's tokens up to there
+  // source b's result.
+  void emit(int64_t b, const Hypothesis& h, size_t upto) {
+    if (!opts_.on_token) return;
+    for (; emitted_[b] < upto; ++emitted_[b]) {
+      const int32_t token = h.tokens[emitted_[b]];
+      if (token == opts_.eos || opts_.on_token(b, token)) continue;
+      Hypothesis kept = h.first(emitted_[b] + 1);
+      finished_[b].clear();
+      finish(b, std::move(kept));
+      stopped_[b] = true;
+      return;
     }
-    return result;
   }
 
   Stepper& stepper_;
@@ -332,6 +406,8 @@ class BeamSearch {
   std::vector<Row> rows_;                          // [B*K] prefix + new tokens of every live beam
   std::vector<Hypothesis> live_;                   // [B*K]; raw = -inf marks a dead slot
   std::vector<std::vector<Hypothesis>> finished_;  // per source
+  std::vector<size_t> emitted_;                    // per source: tokens streamed to on_token
+  std::vector<bool> stopped_;                      // per source: on_token returned false
 };
 
 }  // namespace
@@ -340,41 +416,41 @@ class BeamSearch {
 
 Generated greedy(DecoderLM& model, const Tensor& prompt, const GenerateOptions& opts) {
   DecodingScope scope(model);
-  LMStepper stepper(model, opts.use_cache);
+  LMStepper stepper(model, opts);
   return generate(stepper, prompt, opts, first_max);
 }
 
 Generated greedy(EncoderDecoder& model, const Source& src, const Tensor& prefix, const GenerateOptions& opts) {
   DecodingScope scope(model);
-  Seq2SeqStepper stepper(model, src, opts.use_cache);
+  Seq2SeqStepper stepper(model, src, opts);
   return generate(stepper, prefix, opts, first_max);
 }
 
 Generated sample(DecoderLM& model, const Tensor& prompt, double temperature, int64_t top_k, Generator& gen,
                  const GenerateOptions& opts) {
   DecodingScope scope(model);
-  LMStepper stepper(model, opts.use_cache);
+  LMStepper stepper(model, opts);
   return generate(stepper, prompt, opts, sampler(temperature, top_k, gen));
 }
 
 Generated sample(EncoderDecoder& model, const Source& src, const Tensor& prefix, double temperature, int64_t top_k,
                  Generator& gen, const GenerateOptions& opts) {
   DecodingScope scope(model);
-  Seq2SeqStepper stepper(model, src, opts.use_cache);
+  Seq2SeqStepper stepper(model, src, opts);
   return generate(stepper, prefix, opts, sampler(temperature, top_k, gen));
 }
 
 Generated beam_search(DecoderLM& model, const Tensor& prompt, int64_t beam, double length_penalty,
                       const GenerateOptions& opts) {
   DecodingScope scope(model);
-  LMStepper stepper(model, opts.use_cache);
+  LMStepper stepper(model, opts);
   return BeamSearch(stepper, prompt, beam, length_penalty, opts).run();
 }
 
 Generated beam_search(EncoderDecoder& model, const Source& src, const Tensor& prefix, int64_t beam,
                       double length_penalty, const GenerateOptions& opts) {
   DecodingScope scope(model);
-  Seq2SeqStepper stepper(model, src, opts.use_cache);
+  Seq2SeqStepper stepper(model, src, opts);
   return BeamSearch(stepper, prefix, beam, length_penalty, opts).run();
 }
 

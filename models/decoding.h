@@ -20,14 +20,27 @@
 
 namespace headroom {
 
+// The context window.  A model is trained on sequences of at most
+// config.max_len tokens (its context); positions past it were never trained
+// (learned positions have no row for them, sinusoidal ones were never seen).
+// So once prefix + new tokens pass the window, each step feeds the model the
+// last `window` tokens only, re-encoded from scratch, as nanoGPT-style
+// generation does: every token is predicted from at most `window` tokens at
+// positions 0 .. window-1, exactly as in training.  The same holds for RoPE:
+// sliding the KV cache instead would keep keys that upper layers computed
+// from tokens outside the window, which training never produced.  A step
+// past the window costs a forward of `window` tokens instead of one
+// (docs/models.md, "Context and generation length").
 struct GenerateOptions {
   int64_t max_new = 32;   // new tokens at most
   int64_t eos = -1;       // end-of-sequence id; -1 = none (always max_new tokens)
   bool use_cache = true;  // false recomputes the whole prefix every step (the reference in tests)
-  // Streaming (greedy and sample): called with each new token of batch row
-  // `row` as soon as it is chosen, rows in order within a step; returning
-  // false ends that row there (the token stays its last).  Beam search
-  // knows its tokens only at the end and does not call it.
+  int64_t window = 0;     // tokens the model sees at most; 0: the model's context (config.max_len)
+  bool slide = true;      // false: throw instead of sliding once the sequence passes the window
+  // Streaming: called with each new token of batch row `row` as soon as it is
+  // chosen (beam search: once per row at the end, with the tokens of the best
+  // hypothesis, which are known only then), rows in order within a step;
+  // returning false ends that row there (the token stays its last).
   std::function<bool(int64_t row, int32_t token)> on_token;
 };
 

@@ -267,3 +267,127 @@ TEST_CASE("sampling: top_k = 1 is greedy; samples stay in the top k; a seed repr
   CHECK_THROWS_HEADROOM(sample(f.lm, prompt, 0.0, 1, g1), "temperature > 0");
   CHECK_THROWS_HEADROOM(greedy(f.lm, Tensor::zeros({2, 0}, DType::i32)), "expected an i32 prefix [B, T0]");
 }
+
+// ---- the context window ------------------------------------------------------------
+
+namespace {
+
+// The tokens greedy picks when every step feeds the last `window` tokens
+// (all of them while fewer) to a full forward: the reference of sliding.
+std::vector<int32_t> windowed_greedy(DecoderLM& lm, std::vector<int32_t> row, int64_t window, int64_t steps) {
+  NoGradGuard no_grad;
+  std::vector<int32_t> out;
+  for (int64_t s = 0; s < steps; ++s) {
+    const size_t start = row.size() > size_t(window) ? row.size() - size_t(window) : 0;
+    std::vector<int32_t> seen(row.begin() + start, row.end());
+    std::vector<double> logits = lm.forward(ids(seen, 1)).out.select(1, int64_t(seen.size()) - 1).to_vector<double>();
+    const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    row.push_back(next);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("past the window, each step sees the last `window` tokens: cached, uncached and the reference agree") {
+  Models f;
+  f.lm.eval();
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  for (bool use_cache : {true, false}) {
+    GenerateOptions opts;
+    opts.max_new = 12, opts.window = 6, opts.use_cache = use_cache;
+    INFO("use_cache ", use_cache);
+    const std::vector<int32_t> reference = windowed_greedy(f.lm, prompt, 6, 12);
+    CHECK(greedy(f.lm, ids(prompt, 1), opts).tokens[0] == reference);
+    CHECK(beam_search(f.lm, ids(prompt, 1), 1, 1.0, opts).tokens[0] == reference);  // width 1 is greedy
+    Generator g1(3), g2(3);
+    CHECK(sample(f.lm, ids(prompt, 1), 0.5, 1, g1, opts).tokens[0] == reference);  // top-1 sampling too
+    // A wide beam past the window runs and gives as many tokens; sampling is reproducible there.
+    CHECK(beam_search(f.lm, ids(prompt, 1), 3, 1.0, opts).tokens[0].size() == 12);
+    Generator g3(3);
+    CHECK(sample(f.lm, ids(prompt, 1), 2.0, 0, g2, opts).tokens ==
+          sample(f.lm, ids(prompt, 1), 2.0, 0, g3, opts).tokens);
+  }
+}
+
+TEST_CASE("the default window is the model's context (max_len); slide = false refuses to pass it") {
+  Generator gen(4);
+  ModelConfig c = small_config(6);
+  c.positions = PositionKind::learned, c.max_len = 6;  // a learned table of 6 rows
+  DecoderLM lm(c, gen);
+  Tensor prompt = ids({1, 2, 3, 4}, 1);
+  GenerateOptions opts;
+  opts.max_new = 20;
+  CHECK(greedy(lm, prompt, opts).tokens[0] == windowed_greedy(lm, {1, 2, 3, 4}, 6, 20));  // never past row 5
+  opts.slide = false;
+  CHECK_THROWS_HEADROOM(greedy(lm, prompt, opts), "the sequence reaches 7 tokens, past the window of 6");
+  Generator g(1);
+  CHECK_THROWS_HEADROOM(sample(lm, prompt, 1.0, 0, g, opts), "past the window of 6");
+  CHECK_THROWS_HEADROOM(beam_search(lm, prompt, 2, 1.0, opts), "past the window of 6");
+  opts.max_new = 3;  // feeds 4, 5, 6 tokens: within the window
+  CHECK(greedy(lm, prompt, opts).tokens[0].size() == 3);
+  opts.window = -1;
+  CHECK_THROWS_HEADROOM(greedy(lm, prompt, opts), "expected a window >= 1 (0: the model's context), got -1");
+}
+
+TEST_CASE("a model trained at a short context keeps its quality far past it (the sample's tail scores as its head)") {
+  // A cycle of 5 tokens, learned positions covering the 12 it is trained at.
+  Generator gen(8);
+  ModelConfig c = small_config(6);
+  c.positions = PositionKind::learned, c.max_len = 12, c.dim = 16, c.decoder_layers = 1;
+  DecoderLM lm(c, gen);
+  AdamW opt(lm.parameters(), 1e-2);
+  Generator offsets(2);
+  for (int step = 0; step < 120; ++step) {
+    std::vector<int32_t> window;
+    for (int b = 0; b < 8; ++b) {
+      const int64_t start = offsets.next_int(5);
+      for (int64_t t = 0; t < 13; ++t) window.push_back(int32_t(1 + (start + t) % 5));
+    }
+    Tensor rows = ids(window, 8);  // [8, 13]
+    Tensor logits = lm.forward(rows.narrow(1, 0, 12).contiguous()).out;
+    Tensor loss = cross_entropy(logits.reshape({-1, 6}), rows.narrow(1, 1, 12).contiguous().reshape({-1}));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  GenerateOptions opts;
+  opts.max_new = 100;  // 8 times the trained context
+  const std::vector<int32_t> text = greedy(lm, ids({1, 2, 3}, 1), opts).tokens[0];
+  // The share of tokens that continue the cycle, in the first and the last 20.
+  auto in_cycle = [&](size_t from) {
+    int right = 0;
+    for (size_t i = from; i < from + 20; ++i) right += text[i] == 1 + (i + 3) % 5;
+    return right;
+  };
+  CHECK(in_cycle(0) == 20);
+  CHECK(in_cycle(text.size() - 20) == in_cycle(0));
+}
+
+TEST_CASE("beam search streams: on_token gets the settled tokens, which make the result; false ends a row") {
+  Models f;
+  Tensor prompt = ids({1, 2, 3, 4}, 2);
+  GenerateOptions opts;
+  opts.max_new = 8;
+  std::vector<std::vector<int32_t>> streamed(2);
+  opts.on_token = [&](int64_t row, int32_t token) {
+    streamed[size_t(row)].push_back(token);
+    return true;
+  };
+  GenerateOptions plain;
+  plain.max_new = 8;
+  const Generated out = beam_search(f.lm, prompt, 3, 1.0, opts);
+  CHECK(out.tokens == beam_search(f.lm, prompt, 3, 1.0, plain).tokens);
+  CHECK(streamed == out.tokens);
+  // Row 1 stops at its first token: its result is that token, row 0 runs on.
+  std::vector<std::vector<int32_t>> seen(2);
+  opts.on_token = [&](int64_t row, int32_t token) {
+    seen[size_t(row)].push_back(token);
+    return row == 0;
+  };
+  const Generated stopped = beam_search(f.lm, prompt, 3, 1.0, opts);
+  CHECK(stopped.tokens[1] == std::vector<int32_t>{out.tokens[1][0]});
+  CHECK(seen[1] == stopped.tokens[1]);
+  CHECK(stopped.tokens[0] == out.tokens[0]);
+}
