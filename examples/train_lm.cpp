@@ -18,5 +18,7 @@ int main(int argc, char** argv) {
   add_lm_flags(flags, lm);
   add_model_flags(flags, model);
   add_train_flags(flags, train_options);
-  return training_main(flags, train_options, argc, argv, [&] { return run_lm(lm, model, train_options); });
+  return training_main(
+      flags, train_options, argc, argv, [&] { return run_lm(lm, model, train_options); },
+      [&] { settle_lm_options(flags, lm, train_options); });
 }

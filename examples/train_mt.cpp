@@ -18,5 +18,7 @@ int main(int argc, char** argv) {
   add_mt_flags(flags, mt);
   add_model_flags(flags, model);
   add_train_flags(flags, train_options);
-  return training_main(flags, train_options, argc, argv, [&] { return run_mt(mt, model, train_options); });
+  return training_main(
+      flags, train_options, argc, argv, [&] { return run_mt(mt, model, train_options); },
+      [&] { settle_mt_options(flags, mt, train_options); });
 }

@@ -17,5 +17,7 @@ int main(int argc, char** argv) {
   add_vit_flags(flags, vit);
   add_model_flags(flags, model);
   add_train_flags(flags, train_options);
-  return training_main(flags, train_options, argc, argv, [&] { return run_vit(vit, model, train_options); });
+  return training_main(
+      flags, train_options, argc, argv, [&] { return run_vit(vit, model, train_options); },
+      [&] { settle_vit_options(flags, vit, train_options); });
 }

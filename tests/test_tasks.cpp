@@ -52,13 +52,14 @@ TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run direct
 }
 
 // A parsed command line of the model flags, for ModelOptions::given.
-// With `mt`, train_mt's task flags are declared too.
+// With `mt` or `lm`, train_mt's or train_lm's task flags are declared too.
 struct ModelCommandLine {
   Flags flags{"test", "model flags"};
   ModelOptions model;
-  explicit ModelCommandLine(std::vector<std::string> args, MtOptions* mt = nullptr) {
+  explicit ModelCommandLine(std::vector<std::string> args, MtOptions* mt = nullptr, LmOptions* lm = nullptr) {
     add_model_flags(flags, model);
     if (mt != nullptr) add_mt_flags(flags, *mt);
+    if (lm != nullptr) add_lm_flags(flags, *lm);
     args.insert(args.begin(), "test");
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
@@ -96,6 +97,55 @@ TEST_CASE("run_lm rebuilds the model from the checkpoint for --eval-only and --g
                         "its attention.option.routed_k is '2', the flag makes it '3'");
   CHECK_THROWS_HEADROOM(run_lm(lm, ModelCommandLine({"--layers", "2"}).model, eval_only),
                         "model.decoder_layers is '1'");
+}
+
+TEST_CASE("--eval-only and --resume take the context from the checkpoint; a different one is refused or noted") {
+  TempDir dir("task_lm_context");
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Some words to train a model on, line " + std::to_string(i) + "\n";
+  dir.write("text.txt", text);
+  LmOptions trained_at_8;
+  trained_at_8.data = dir.file("text.txt"), trained_at_8.context = 8, trained_at_8.batch = 4;
+  trained_at_8.eval_tokens = 256;
+  const RunSummary trained = run_lm(trained_at_8, tiny_model("mha"), few_steps(dir.file("run")));
+  TrainOptions eval_only = few_steps(dir.file("run")), resume = few_steps(dir.file("run"));
+  eval_only.eval_only = true, resume.resume = true, resume.steps = 6;
+  // No --context: the checkpoint's 8 (not the flag's default), and the same loss as training's last evaluation.
+  LmOptions lm = trained_at_8;
+  lm.context = LmOptions().context;
+  ModelCommandLine no_flags({}, nullptr, &lm);
+  settle_lm_options(no_flags.flags, lm, eval_only);
+  CHECK(lm.context == 8);
+  CHECK(run_lm(lm, no_flags.model, eval_only).metric("loss") == doctest::Approx(trained.metric("loss")).epsilon(1e-6));
+  // --context 12 for --eval-only: sinusoidal positions take it, with a note; --resume refuses it.
+  LmOptions longer = trained_at_8;
+  ModelCommandLine given({"--context", "12"}, nullptr, &longer);
+  settle_lm_options(given.flags, longer, eval_only);
+  CHECK(longer.context == 12);
+  CHECK_THROWS_HEADROOM(
+      settle_lm_options(given.flags, longer, resume),
+      (dir.file("run") + "/checkpoint.safetensors was trained at; a resumed run trains at 8").c_str());
+  // A new run keeps the flag's value; a resumed one trains on at 8.
+  LmOptions fresh = trained_at_8;
+  fresh.context = 12;
+  settle_lm_options(given.flags, fresh, few_steps(dir.file("other")));
+  CHECK(fresh.context == 12);
+  settle_lm_options(no_flags.flags, lm, resume);
+  CHECK(run_lm(lm, no_flags.model, resume).steps == 6);
+}
+
+TEST_CASE("settle_trained_value: what --eval-only accepts besides the trained value") {
+  LmOptions lm;
+  TrainOptions eval_only = few_steps("run");
+  eval_only.eval_only = true;
+  ModelCommandLine given({"--context", "12"}, nullptr, &lm);
+  int64_t value = 12;
+  CHECK_THROWS_HEADROOM(settle_trained_value(given.flags, eval_only, "context", value, 8, EvalAccepts::smaller),
+                        "its model takes at most 8");
+  CHECK_THROWS_HEADROOM(settle_trained_value(given.flags, eval_only, "context", value, 16, EvalAccepts::trained_only),
+                        "its model takes only 16");
+  settle_trained_value(given.flags, eval_only, "context", value, 16, EvalAccepts::smaller);
+  CHECK(value == 12);
 }
 
 TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes test translations") {

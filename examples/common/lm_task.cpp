@@ -19,12 +19,6 @@ namespace {
 class LmTask : public ModelTask<DecoderLM> {
  public:
   LmTask(const LmOptions& lm, const ModelSource& source, uint64_t seed) : ModelTask(source.config, seed), lm_(lm) {
-    // Evaluation windows, the prompt (64 bytes) and the sample need positions.
-    const int64_t positions = lm.context + lm.generate + 64;
-    if (source.from_checkpoint && positions > config_.max_len)
-      throw UsageError("--context " + std::to_string(lm.context) + " and --generate " + std::to_string(lm.generate) +
-                       " need " + std::to_string(positions) + " positions; the checkpoint's model has max_len " +
-                       std::to_string(config_.max_len));
     TextSplit split = split_text(read_text_file(lm.data), lm.valid_fraction);
     train_ids_ = tokenizer_.encode(split.train);
     valid_ids_ = tokenizer_.encode(split.valid);
@@ -34,7 +28,7 @@ class LmTask : public ModelTask<DecoderLM> {
     if (!source.from_checkpoint) {
       config_.vocab = tokenizer_.vocab_size();
       config_.encoder_layers = 0;
-      config_.max_len = std::max<int64_t>(config_.max_len, positions);
+      config_.max_len = lm.context;  // the context it is trained at: generation slides past it
     }
     build_model();
   }
@@ -131,8 +125,13 @@ void print_sample(LmTask& task, const LmOptions& lm, uint64_t seed) {
     std::fflush(stdout);
     return true;
   };
-  std::printf("\n--- sample (temperature %g, top-k %lld) ---\n%s", lm.temperature, (long long)lm.top_k,
-              lm.prompt.c_str());
+  const int64_t context = task.config().max_len;
+  const std::string sliding = int64_t(prompt.size()) + lm.generate > context
+                                  ? "; past the trained context of " + std::to_string(context) +
+                                        ", each byte follows from the last " + std::to_string(context)
+                                  : "";
+  std::printf("\n--- sample (temperature %g, top-k %lld%s) ---\n%s", lm.temperature, (long long)lm.top_k,
+              sliding.c_str(), lm.prompt.c_str());
   const auto start = std::chrono::steady_clock::now();
   Generated out = sample(task.typed_model(), Tensor::from_vector(prompt, {1, int64_t(prompt.size())}), lm.temperature,
                          lm.top_k, sampler, options);
@@ -155,6 +154,13 @@ void add_lm_flags(Flags& flags, LmOptions& o) {
   flags.add("prompt", &o.prompt, "prompt for --generate");
   flags.add("temperature", &o.temperature, "sampling temperature", {0, 1e3, End::open, End::closed});
   flags.add("top-k", &o.top_k, "sample among the k most likely bytes (0: all)", {0, int64_t(1) << 20});
+}
+
+void settle_lm_options(const Flags& flags, LmOptions& lm, const TrainOptions& train) {
+  if (!train.resume && !train.eval_only) return;
+  const ModelConfig trained = checkpoint_config(train);
+  settle_trained_value(flags, train, "context", lm.context, trained.max_len,
+                       trained.positions == PositionKind::learned ? EvalAccepts::smaller : EvalAccepts::any);
 }
 
 RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const TrainOptions& o) {

@@ -33,6 +33,11 @@ struct LmOptions {
 
 void add_lm_flags(Flags& flags, LmOptions& options);
 
+// For --resume and --eval-only: --context becomes the context the
+// checkpoint's model was trained at (its max_len) unless given;
+// settle_trained_value says what a different one does.
+void settle_lm_options(const Flags& flags, LmOptions& lm, const TrainOptions& train);
+
 // Builds the model, trains (or evaluates with --eval-only), writes the run
 // directory (checkpoint, log.jsonl, routing statistics, plots) and returns
 // the summary; prints a sample when options.generate > 0.

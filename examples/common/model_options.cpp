@@ -1,6 +1,7 @@
 #include "headroom/examples/common/model_options.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <utility>
@@ -116,6 +117,30 @@ ModelConfig ModelOptions::config() const {
   for (const auto& [key, value] : parse_options(attn_set, "--attn-set")) c.attention.set(key, value);
   check_attention_names(c, *this);
   return c;
+}
+
+ModelConfig checkpoint_config(const TrainOptions& train) {
+  if (train.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
+  return ModelConfig::from_checkpoint_metadata(read_checkpoint_metadata(train.ckpt_dir),
+                                               checkpoint_path(train.ckpt_dir));
+}
+
+void settle_trained_value(const Flags& flags, const TrainOptions& train, const std::string& flag, int64_t& value,
+                          int64_t trained, EvalAccepts eval_accepts) {
+  if (!train.resume && !train.eval_only) return;
+  if (!flags.was_set(flag)) {
+    value = trained;
+    return;
+  }
+  if (value == trained) return;
+  const std::string given = "--" + flag + " " + std::to_string(value) + " differs from the " + std::to_string(trained) +
+                            " that the checkpoint " + checkpoint_path(train.ckpt_dir) + " was trained at";
+  if (train.resume)
+    throw UsageError(given + "; a resumed run trains at " + std::to_string(trained) + " (drop the flag)");
+  if (eval_accepts == EvalAccepts::trained_only || (eval_accepts == EvalAccepts::smaller && value > trained))
+    throw UsageError(given + "; its model takes " + (eval_accepts == EvalAccepts::smaller ? "at most " : "only ") +
+                     std::to_string(trained) + " (drop the flag)");
+  std::printf("note: %s; evaluating at %lld\n", given.c_str(), (long long)value);
 }
 
 ModelSource model_source(const ModelOptions& m, const TrainOptions& train) {

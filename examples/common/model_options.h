@@ -63,6 +63,25 @@ struct ModelSource {
 // throws UsageError naming the flag, the checkpoint's field and both values.
 ModelSource model_source(const ModelOptions& options, const TrainOptions& train);
 
+// A task flag whose value the trained model fixes: an LM's --context, a
+// translation model's --max-tokens, a ViT's --image-size.  For --resume and
+// --eval-only, not given, it takes `trained` (the checkpoint's value); given
+// and different, --resume refuses (a resumed run trains at the trained
+// value), and --eval-only accepts what `eval_accepts` says, printing a line
+// that the value differs from training.  Never silent.
+enum class EvalAccepts {
+  trained_only,  // e.g. a ViT's image size: its patch grid is fixed
+  smaller,       // e.g. a context within a learned position table
+  any,           // e.g. a context with sinusoidal, rotary or no positions
+};
+void settle_trained_value(const Flags& flags, const TrainOptions& train, const std::string& flag, int64_t& value,
+                          int64_t trained, EvalAccepts eval_accepts);
+
+// The config of the checkpoint that --resume and --eval-only start from
+// (checked to be a training checkpoint), for settling the task's flags
+// before the data is read.
+ModelConfig checkpoint_config(const TrainOptions& train);
+
 // "a=1,b=x" -> {a: 1, b: x}; throws UsageError naming `flag` on an entry
 // without '=' and on a key given twice.
 StringMap parse_options(const std::string& text, const std::string& flag = "--attn-opt");

@@ -60,10 +60,6 @@ Tokenizer saved_tokenizer(const StringMap& task_metadata) {
 class MtTask : public ModelTask<EncoderDecoder> {
  public:
   MtTask(const MtOptions& mt, const ModelSource& source, uint64_t seed) : ModelTask(source.config, seed), mt_(mt) {
-    const int64_t positions = 2 * mt.max_tokens + 16;  // a source or target and its decode
-    if (source.from_checkpoint && positions > config_.max_len)
-      throw UsageError("--max-tokens " + std::to_string(mt.max_tokens) + " needs " + std::to_string(positions) +
-                       " positions; the checkpoint's model has max_len " + std::to_string(config_.max_len));
     split_ = split_pairs(load_pairs(mt), size_t(mt.valid_pairs), size_t(mt.test_pairs));
     tokenizer_ =
         source.from_checkpoint ? saved_tokenizer(source.task_metadata) : learn_tokenizer(split_.train, mt.bpe_merges);
@@ -74,7 +70,7 @@ class MtTask : public ModelTask<EncoderDecoder> {
                    " test pairs after cleaning; need some of each");
     if (!source.from_checkpoint) {
       config_.vocab = tokenizer_.vocab_size();
-      config_.max_len = std::max<int64_t>(config_.max_len, positions);
+      config_.max_len = mt.max_tokens + 1;  // a source and its <eos>, or <bos> and a target
     }
     build_model();
   }
@@ -281,6 +277,13 @@ void add_mt_flags(Flags& flags, MtOptions& o) {
             pair_count);
   flags.add("beam", &o.beam, "beam size for BLEU decodes (1: greedy)", {1, 64});
   flags.add("length-penalty", &o.length_penalty, "beam search length penalty", {0, 10});
+}
+
+void settle_mt_options(const Flags& flags, MtOptions& mt, const TrainOptions& train) {
+  if (!train.resume && !train.eval_only) return;
+  const ModelConfig trained = checkpoint_config(train);
+  settle_trained_value(flags, train, "max-tokens", mt.max_tokens, trained.max_len - 1,
+                       trained.positions == PositionKind::learned ? EvalAccepts::smaller : EvalAccepts::any);
 }
 
 RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const TrainOptions& o) {

@@ -37,6 +37,11 @@ struct MtOptions {
 
 void add_mt_flags(Flags& flags, MtOptions& options);
 
+// For --resume and --eval-only: --max-tokens becomes the checkpoint's (its
+// model's max_len - 1) unless given; settle_trained_value says what a
+// different one does.
+void settle_mt_options(const Flags& flags, MtOptions& mt, const TrainOptions& train);
+
 // Builds the model, trains (or evaluates), translates the test split into
 // run_dir/test.hyp.txt, writes routing statistics and plots, and returns the
 // summary (metrics: loss, bleu, perplexity, then test_bleu).

@@ -95,13 +95,15 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
   return s;
 }
 
-int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, const std::function<RunSummary()>& run) {
+int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, const std::function<RunSummary()>& run,
+                  const std::function<void()>& settle) {
   std::shared_ptr<Communicator> world;  // held to the end: MPI finalises when the last handle goes
   const int status = run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
     world = options.communicator = launch_communicator(options);
     try {
       settle_train_options(flags, options);
+      if (settle) settle();
       if (options.threads > 0) set_num_threads(options.threads);
       std::printf("%s\n", run_config_table(flags, options).c_str());
       RunSummary summary = run();

@@ -37,13 +37,15 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
                      const TrainOptions& options, const TrainResult& result, double macs_per_item);
 
 // main() of a training binary once its flags are declared: parses them,
-// settles the train flags (settle_train_options), sets the thread count,
-// prints the config table, runs, prints the summary.  Launched by mpirun or
+// settles the train flags (settle_train_options) and then the task's
+// (`settle`, e.g. the trained lengths a checkpoint fixes), sets the thread
+// count, prints the config table, runs, prints the summary.  Launched by mpirun or
 // srun it trains data-parallel over the job's ranks (docs/distributed.md):
 // rank 0 prints, the others' stdout is discarded, an error names its rank
 // and ends the whole job.
 // Exit status: 0, 130 after Ctrl-C, 2 for bad flags (with the usage), 1 for errors.
-int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, const std::function<RunSummary()>& run);
+int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, const std::function<RunSummary()>& run,
+                  const std::function<void()>& settle = {});
 
 // The lines a run prints before training: method, parameters, MACs per
 // item and active heads, then `layers` (the model's describe(): attention

@@ -234,6 +234,13 @@ void add_vit_flags(Flags& flags, VitOptions& o) {
   flags.add("eval-images", &o.eval_images, "validation images per periodic evaluation (0: all)", image_count);
 }
 
+void settle_vit_options(const Flags& flags, VitOptions& vit, const TrainOptions& train) {
+  if ((!train.resume && !train.eval_only) || vit.images.empty()) return;  // IDX files fix their own size
+  const ModelConfig trained = checkpoint_config(train);
+  settle_trained_value(flags, train, "image-size", vit.image_size, trained.image_size, EvalAccepts::trained_only);
+  settle_trained_value(flags, train, "channels", vit.channels, trained.channels, EvalAccepts::trained_only);
+}
+
 RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, const TrainOptions& options) {
   HEADROOM_CHECK(vit.batch > 0 && vit.patch > 0, "[train_vit] --batch and --patch must be positive");
   if (vit.images.empty()) check_data_exists("--data", vit.data, "vit");

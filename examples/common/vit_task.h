@@ -39,6 +39,11 @@ struct VitOptions {
 
 void add_vit_flags(Flags& flags, VitOptions& options);
 
+// For --resume and --eval-only with --images: --image-size and --channels
+// become the checkpoint's model's unless given; a different value is refused
+// (settle_trained_value), as the patch grid and the input layer are fixed.
+void settle_vit_options(const Flags& flags, VitOptions& vit, const TrainOptions& train);
+
 RunSummary run_vit(const VitOptions& vit, const ModelOptions& model, const TrainOptions& train_options);
 
 // train_vit's and compare --task vit's defaults, sized like set_lm_defaults.
