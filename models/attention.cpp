@@ -15,6 +15,17 @@
 
 namespace headroom {
 
+namespace {
+// Sets the path of every attention layer under `module`, whose own path is `prefix`.
+void set_attention_paths(const Module& module, const std::string& prefix) {
+  for (const auto& [name, child] : module.children()) {
+    const std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (auto* layer = dynamic_cast<Attention*>(child.get())) layer->set_path(path);
+    set_attention_paths(*child, path);
+  }
+}
+}  // namespace
+
 void share_aux_losses(Module& model) {
   std::map<std::string, int64_t> layers_of_kind;
   auto layers = collect_modules<Attention>(model);
@@ -22,6 +33,7 @@ void share_aux_losses(Module& model) {
     if (layer->has_aux_loss()) ++layers_of_kind[layer->kind()];
   for (const auto& layer : layers)
     if (layer->has_aux_loss()) layer->set_aux_peers(layers_of_kind[layer->kind()]);
+  set_attention_paths(model, "");
 }
 
 std::vector<Tensor> Attention::sum_over_group(const std::vector<Tensor>& parts) const {

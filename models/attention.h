@@ -91,6 +91,7 @@ struct RoutingStats {
 struct AuxLoss {
   Tensor value;  // scalar; undefined when the layer has none in this call
   bool joins_summed_loss = false;
+  std::string layer;  // the path of the layer it comes from in its model (Attention::path)
   bool defined() const { return value.defined(); }
 };
 
@@ -113,6 +114,11 @@ class Attention : public Module {
   // Forward multiply-accumulates of this layer for one sequence of T queries
   // and S keys, counting matmuls only (methods.md §2.9, §3.4).
   virtual int64_t macs(int64_t T, int64_t S, bool causal) const = 0;
+  // The layer's path in its model, e.g. "decoder.blocks.0.self_attn" (set by
+  // share_aux_losses; empty for a layer used on its own).  It labels the
+  // layer's aux loss in a model's output.
+  const std::string& path() const { return path_; }
+  void set_path(std::string path) { path_ = std::move(path); }
 
   // Data-parallel training (models/data_parallel.h sets it): the ranks whose
   // batch slices make up the global batch.  In training, a routed layer then
@@ -132,10 +138,12 @@ class Attention : public Module {
  private:
   bool grouped() const { return statistics_group_ != nullptr && is_training(); }
   std::shared_ptr<Communicator> statistics_group_;
+  std::string path_;
 };
 
 // Tells every attention layer under `model` how many layers of its kind
-// carry an auxiliary loss (Attention::set_aux_peers).  The models of
+// carry an auxiliary loss (Attention::set_aux_peers), and its path in the
+// model (Attention::set_path).  The models of
 // models/transformer.h call it once their layers are built; a model of your
 // own calls it too.
 void share_aux_losses(Module& model);

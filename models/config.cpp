@@ -21,8 +21,17 @@ bool operator==(const AttentionChoice& a, const AttentionChoice& b) {
 }
 
 namespace {
+// The options every method takes (rope, rope_theta, dropout): model-wide
+// choices, which a layer that switches to another method keeps.
+bool every_method_option(const std::string& key) { return key == "rope" || key == "rope_theta" || key == "dropout"; }
+
 void apply(AttentionChoice& into, const AttentionChoice& override_) {
-  if (!override_.type.empty() && override_.type != into.type) into = {override_.type, {}};
+  if (!override_.type.empty() && override_.type != into.type) {
+    AttentionChoice switched{override_.type, {}};
+    for (const auto& [key, value] : into.options)
+      if (every_method_option(key)) switched.options[key] = value;
+    into = std::move(switched);
+  }
   for (const auto& [key, value] : override_.options) into.options[key] = value;
 }
 template <typename Map, typename Key>

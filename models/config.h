@@ -45,7 +45,9 @@ bool operator==(const AttentionChoice& a, const AttentionChoice& b);
 // `type` and `options`, then the overrides roles[r], layers[i] and
 // at[{r, i}], in that order.  An override's options are merged over the
 // options it inherits; an override that changes the type starts from that
-// method's defaults (the inherited options belong to another method).
+// method's defaults (the inherited options belong to another method), except
+// for the options every method takes (rope, rope_theta, dropout): those are
+// model-wide choices, so a RoPE model keeps RoPE in a layer of another method.
 //
 //   c.attention = {"moh", {{"routed_k", "2"}}};         // every layer: MoH
 //   c.attention.layers[0] = {"mha", {}};                 // ... but a dense first layer

@@ -240,4 +240,8 @@ double InverseSqrt::factor(int64_t step) const {
   return std::min(double(step) / double(warmup), std::sqrt(double(warmup) / double(step)));
 }
 
+bool is_optimizer_entry(const std::string& name) {
+  return name.rfind("optim.", 0) == 0 || name.find(".optim.") != std::string::npos;
+}
+
 }  // namespace headroom

@@ -159,4 +159,9 @@ template <typename Fn> void Optimizer::update_each(Fn&& fn) {
   }
 }
 
+// Whether a checkpoint entry is optimizer state rather than a model tensor:
+// "optim." entries, and those of MAE's two BCD optimizers ("expert.optim.",
+// "gate.optim.").
+bool is_optimizer_entry(const std::string& name);
+
 }  // namespace headroom

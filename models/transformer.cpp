@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "headroom/core/grad_mode.h"
+#include "headroom/core/safetensors.h"
+#include "headroom/models/optim.h"
 #include "headroom/ops/elementwise.h"
 #include "headroom/ops/matmul.h"
 #include "headroom/ops/reduce.h"
@@ -98,6 +100,7 @@ ModelOutput TransformerBlock::forward(const BlockInput& in) {
   ModelOutput result;
   auto attend = [&](Attention& attention, const AttentionInput& input) {
     AttentionOutput o = attention.forward(input);
+    o.aux.layer = attention.path();
     result.add(o);
     return o.out;
   };
@@ -399,5 +402,40 @@ std::string ViT::describe() const {
                         num_parameters(), forward_macs(), "per image",
                         encoder->describe_layers("encoder", pos_embed.size(0), pos_embed.size(0)));
 }
+
+// ---- loading ----------------------------------------------------------------------
+
+namespace {
+// The class whose tensors a file holds, told by their top-level names
+// (DecoderLM: embed.*, EncoderDecoder: src_embed.*, ViT: patch_embed.*).
+std::string model_class(const NamedTensors& tensors) {
+  for (const auto& [name, tensor] : tensors) {
+    if (name.rfind("src_embed.", 0) == 0) return "EncoderDecoder";
+    if (name.rfind("patch_embed.", 0) == 0) return "ViT";
+    if (name.rfind("embed.", 0) == 0) return "DecoderLM";
+  }
+  return "none of DecoderLM, EncoderDecoder, ViT";
+}
+template <typename M> const char* class_name();
+template <> const char* class_name<DecoderLM>() { return "DecoderLM"; }
+template <> const char* class_name<EncoderDecoder>() { return "EncoderDecoder"; }
+template <> const char* class_name<ViT>() { return "ViT"; }
+}  // namespace
+
+template <typename M> std::shared_ptr<M> load_model(const std::string& path, Generator& gen) {
+  const SafetensorsFile file = load_safetensors(path);
+  const ModelConfig config = ModelConfig::from_checkpoint_metadata(file.metadata, path);
+  HEADROOM_CHECK(model_class(file.tensors) == class_name<M>(), "[load_model] ", path, " holds a model of class ",
+                 model_class(file.tensors), ", not ", class_name<M>());
+  auto model = std::make_shared<M>(config, gen);
+  NamedTensors weights;
+  for (const auto& entry : file.tensors)
+    if (!is_optimizer_entry(entry.first)) weights.push_back(entry);
+  model->load_state_dict(weights);
+  return model;
+}
+template std::shared_ptr<DecoderLM> load_model(const std::string&, Generator&);
+template std::shared_ptr<EncoderDecoder> load_model(const std::string&, Generator&);
+template std::shared_ptr<ViT> load_model(const std::string&, Generator&);
 
 }  // namespace headroom

@@ -205,4 +205,16 @@ class ViT : public Module {
   std::shared_ptr<Linear> head;
 };
 
+// ---- loading ----------------------------------------------------------------------
+
+// Rebuilds a model in one call from a file whose metadata holds its config:
+// a training checkpoint (runs/lm/checkpoint.safetensors; its optimizer state
+// is skipped) or what save_module(model, path, model.config.to_metadata())
+// wrote.  PyTorch users know it as from_pretrained:
+//   std::shared_ptr<DecoderLM> lm = load_model<DecoderLM>("runs/lm/checkpoint.safetensors");
+// M is DecoderLM, EncoderDecoder or ViT.  Throws naming the file when it holds
+// another kind of model, misses a config field or a tensor, or fails its
+// checksum.  `gen` drives the model's dropout, as in the constructors.
+template <typename M> std::shared_ptr<M> load_model(const std::string& path, Generator& gen = default_generator());
+
 }  // namespace headroom

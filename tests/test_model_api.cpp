@@ -71,16 +71,18 @@ std::vector<std::string> kinds(const TransformerStack& stack) {
 }
 
 // Saves `model` with its config as metadata, rebuilds a DecoderLM from that
-// metadata alone, loads the checkpoint strictly and checks the logits are bitwise equal.
+// file alone (load_model: the config, then a strict load of the tensors) and
+// checks the logits are bitwise equal; the file is no other class of model.
 void check_rebuilds_from_metadata(DecoderLM& model, const Tensor& tokens, const char* file) {
   const std::string path = temp_path(file);
   save_module(model, path, model.config.to_metadata());
-  DecoderLM restored(ModelConfig::from_metadata(load_safetensors(path).metadata));
-  load_module(restored, path);
+  std::shared_ptr<DecoderLM> restored = load_model<DecoderLM>(path);
+  CHECK_THROWS_HEADROOM(load_model<EncoderDecoder>(path), "holds a model of class DecoderLM, not EncoderDecoder");
+  CHECK_THROWS_HEADROOM(load_model<ViT>(path), "holds a model of class DecoderLM, not ViT");
   std::filesystem::remove(path);
   NoGradGuard no_grad;
-  model.eval(), restored.eval();
-  CHECK_CLOSE(restored.forward(tokens).out, model.forward(tokens).out, 0, 0);
+  model.eval(), restored->eval();
+  CHECK_CLOSE(restored->forward(tokens).out, model.forward(tokens).out, 0, 0);
 }
 
 }  // namespace
@@ -95,6 +97,14 @@ TEST_CASE("AttentionSpec: overrides by role, layer and both, in that order; a ne
   CHECK(spec.resolve(1, AttentionRole::cross) == AttentionChoice{"mha", {{"kv_heads", "2"}, {"bias", "false"}}});
   CHECK(spec.resolve(1, AttentionRole::encoder_self) ==
         AttentionChoice{"moh", {{"routed_k", "2"}, {"beta", "0.1"}, {"bias", "false"}}});
+  // The options every method takes are model-wide: a layer of another method keeps them, unless it sets its own.
+  AttentionSpec rotary{"moh", {{"rope", "true"}, {"rope_theta", "500"}, {"dropout", "0.1"}, {"routed_k", "2"}}};
+  rotary.layers[0] = {"mha", {}};
+  rotary.layers[1] = {"moa", {{"rope", "false"}}};
+  CHECK(rotary.resolve(0, AttentionRole::decoder_self) ==
+        AttentionChoice{"mha", {{"rope", "true"}, {"rope_theta", "500"}, {"dropout", "0.1"}}});
+  CHECK(rotary.resolve(1, AttentionRole::decoder_self) ==
+        AttentionChoice{"moa", {{"rope", "false"}, {"rope_theta", "500"}, {"dropout", "0.1"}}});
 
   // set() takes the metadata keys; the metadata round trip keeps every scope.
   AttentionSpec again;
@@ -205,7 +215,8 @@ TEST_CASE("a mixed-method DecoderLM trains, saves and rebuilds from its checkpoi
   for (int step = 0; step < 30; ++step) {
     opt.zero_grad();
     ModelOutput out = model.forward(input);
-    REQUIRE(out.aux_losses.size() == 1);  // the MoH layer's
+    REQUIRE(out.aux_losses.size() == 1);  // the MoH layer's, labelled with its path
+    CHECK(out.aux_losses[0].layer == "decoder.blocks.1.self_attn");
     Tensor loss = training_loss(cross_entropy(out.out.reshape({-1, c.vocab}), labels), out.aux_losses, 10);
     loss.backward();
     opt.step();
@@ -264,6 +275,10 @@ TEST_CASE("each layer's aux loss is counted once, weighted by its method: the mo
   };
   auto [model_loss, weighted] = total_loss();
   REQUIRE(weighted.size() == 4);  // 2 MoA + 2 MoH; MHA cross-attention has none
+  std::vector<std::string> labels;
+  for (const AuxLoss& aux : weighted) labels.push_back(aux.layer);
+  CHECK(labels == std::vector<std::string>{"encoder.blocks.0.self_attn", "encoder.blocks.1.self_attn",
+                                           "decoder.blocks.0.self_attn", "decoder.blocks.1.self_attn"});
 
   // The same forward with each MoH layer made to return its raw L_b.
   for (auto& moh : moh_layers) moh->moh_config.beta = 1, moh->set_aux_peers(1);

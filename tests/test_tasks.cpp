@@ -83,6 +83,10 @@ TEST_CASE("run_lm rebuilds the model from the checkpoint for --eval-only and --g
   CHECK(evaluated.parameters == trained.parameters);
   CHECK(evaluated.attention == "moh");
   CHECK(evaluated.metric("loss") == doctest::Approx(trained.metric("loss")));
+  // The training checkpoint rebuilds the model in one call (its optimizer state skipped).
+  std::shared_ptr<DecoderLM> loaded = load_model<DecoderLM>(dir.file("run/checkpoint.safetensors"));
+  CHECK(loaded->num_parameters() == trained.parameters);
+  CHECK(loaded->config.max_len == 16);  // the context it was trained at
   // Evaluation has time and memory, and no training throughput to report.
   CHECK(evaluated.eval_only);
   CHECK(evaluated.items_per_second == 0);

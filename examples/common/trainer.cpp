@@ -231,7 +231,7 @@ int64_t resume_checkpoint(TrainTask& task, Optimization& optimization, const Tra
   }
   NamedTensors model_entries, optimizer_entries;
   for (auto& entry : file.tensors)
-    (entry.first.find("optim.") == std::string::npos ? model_entries : optimizer_entries).push_back(entry);
+    (is_optimizer_entry(entry.first) ? optimizer_entries : model_entries).push_back(entry);
   task.model().load_state_dict(model_entries);
   optimization.load_state(optimizer_entries);
   task.model_generator().set_state(metadata_uint64(metadata, "train.generator_seed", path),
