@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "headroom/core/atomic_file.h"
 #include "headroom/core/threading.h"
@@ -48,18 +49,15 @@ std::pair<std::string, bool> quality_metric(const std::string& task) {
   return {"test_accuracy", true};
 }
 
-std::string format(const char* pattern, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, pattern, value);
-  return text;
-}
+// A number as the console shows it: one of cli.h's formats.
+using Format = std::function<std::string(double)>;
 
 // "mean ± half-range" over seeds.
-std::string mean_spread(const std::vector<double>& values, const char* pattern) {
+std::string mean_spread(const std::vector<double>& values, const Format& format) {
   double sum = 0, lo = values.front(), hi = values.front();
   for (double v : values) sum += v, lo = std::min(lo, v), hi = std::max(hi, v);
-  std::string text = format(pattern, sum / double(values.size()));
-  return values.size() > 1 ? text + " ± " + format(pattern, (hi - lo) / 2) : text;
+  std::string text = format(sum / double(values.size()));
+  return values.size() > 1 ? text + " ± " + format((hi - lo) / 2) : text;
 }
 
 double mean(const std::vector<double>& values) {
@@ -182,16 +180,13 @@ double loss_at_seconds(const FinishedRun& run, double seconds) {
   return loss;
 }
 
-// Seconds with the decimals short runs need ("0.04 s", "3.4 s", "212 s"), so they do not all read "0 s".
-const char* seconds_pattern(double seconds) { return seconds < 1 ? "%.2f s" : seconds < 10 ? "%.1f s" : "%.0f s"; }
-
 // The mean of the finite values over seeds, with how many seeds had one when not all.
-std::string mean_over_seeds(const std::vector<double>& values, const char* pattern, const char* none) {
+std::string mean_over_seeds(const std::vector<double>& values, const Format& format, const char* none) {
   std::vector<double> finite;
   for (double v : values)
     if (std::isfinite(v)) finite.push_back(v);
   if (finite.empty()) return none;
-  std::string text = mean_spread(finite, pattern);
+  std::string text = mean_spread(finite, format);
   if (finite.size() < values.size())
     text += " (" + std::to_string(finite.size()) + " of " + std::to_string(values.size()) + " seeds)";
   return text;
@@ -214,32 +209,40 @@ TimeReference time_reference(const std::vector<std::vector<FinishedRun>>& by_met
   return ref;
 }
 
+// format_metric for the metric `name`.
+Format metric_format(const std::string& name) {
+  return [name](double value) { return format_metric(name, value); };
+}
+
+// The cells of one method, each number in the format its console line uses
+// (model_summary, describe), so that the table and the console read alike.
 std::vector<std::string> table_row(const std::string& method, const std::vector<FinishedRun>& runs,
                                    int64_t first_params, const TimeReference& ref) {
   const RunSummary& first = runs.front().summary;
-  const auto [metric, higher_better] = quality_metric(first.task);
-  const bool percent = metric == "test_accuracy";
+  const std::string metric = quality_metric(first.task).first;
   std::vector<double> quality, loss, to_target, at_budget, speed, memory;
   for (const FinishedRun& run : runs) {
-    quality.push_back(run.summary.metric(metric) * (percent ? 100 : 1));
+    quality.push_back(run.summary.metric(metric));
     loss.push_back(run.summary.metric("loss"));
     to_target.push_back(seconds_to_reach(run, ref.target_loss));
     at_budget.push_back(loss_at_seconds(run, ref.budget_seconds));
     speed.push_back(run.summary.items_per_second);
-    memory.push_back(double(run.summary.peak_bytes) / (1 << 20));
+    memory.push_back(double(run.summary.peak_bytes));
   }
+  char change[32];
+  std::snprintf(change, sizeof change, " (%+.1f%%)",
+                100.0 * double(first.parameters - first_params) / double(first_params));
   return {method,
-          mean_spread(quality, percent || metric == "test_bleu" ? "%.2f" : "%.3f"),
-          mean_spread(loss, "%.3f"),
-          mean_over_seeds(at_budget, "%.3f", "no evaluation yet"),
-          mean_over_seeds(to_target, seconds_pattern(ref.budget_seconds), "not reached"),
-          std::to_string(first.steps),
-          format("%.0f%%", 100 * first.active_heads),
-          std::to_string(first.parameters) +
-              format(" (%+.1f%%)", 100.0 * double(first.parameters - first_params) / double(first_params)),
-          format("%.3g", first.macs_per_item),
-          format("%.0f", mean(speed)),
-          format("%.1f", mean(memory))};
+          mean_spread(quality, metric_format(metric)),
+          mean_spread(loss, metric_format("loss")),
+          mean_over_seeds(at_budget, metric_format("loss"), "no evaluation yet"),
+          mean_over_seeds(to_target, format_seconds, "not reached"),
+          format_count(first.steps),
+          format_percent(first.active_heads),
+          format_count(first.parameters) + change,
+          format_si(first.macs_per_item),
+          format_si(mean(speed)),
+          format_mib(size_t(std::llround(mean(memory))))};
 }
 
 std::string results_table(const std::string& task, const std::vector<std::string>& methods,
@@ -251,10 +254,10 @@ std::string results_table(const std::string& task, const std::vector<std::string
   const auto [metric, higher_better] = quality_metric(task);
   return markdown_table(
       {"method", metric + (higher_better ? " (higher is better)" : " (lower is better)"), "valid loss",
-       "valid loss at " + format(seconds_pattern(ref.budget_seconds), ref.budget_seconds),
-       "time to " + methods.front() + "'s valid loss " + format("%.3f", ref.target_loss), "steps", "active heads",
-       "parameters (vs first)", "MACs/" + std::string(task == "vit" ? "image" : "token"),
-       task == "vit" ? "img/s" : "tok/s", "peak MiB"},
+       "valid loss at " + format_seconds(ref.budget_seconds),
+       "time to " + methods.front() + "'s valid loss " + format_metric("loss", ref.target_loss), "steps",
+       "active heads", "parameters (vs first)", "MACs/" + std::string(task == "vit" ? "image" : "token"),
+       task == "vit" ? "img/s" : "tok/s", "peak memory"},
       rows);
 }
 

@@ -253,6 +253,8 @@ TEST_CASE("the output formats: one per kind of value") {
   CHECK(format_si(999.7) == "1k");
   CHECK(format_mib(46093312) == "44.0 MiB");
   CHECK(format_seconds(83.27) == "83.3 s");
+  CHECK(format_seconds(0.0432) == "0.04 s");
+  CHECK(format_percent(0.5) == "50.00%");
   CHECK(format_metric("loss", 2.61234) == "2.612");
   CHECK(format_metric("loss", 5) == "5.000");
   CHECK(format_metric("accuracy", 0.6848) == "68.48%");

@@ -1,6 +1,7 @@
 // compare on tiny data, through the built binary: its outer progress, the
-// equal-time columns and plot, mae-equal-updates' longer run, and an unknown
-// method refused before anything trains.
+// equal-time columns and plot, mae-equal-updates' longer run, table.md's
+// numbers as the console prints them, and an unknown method refused before
+// anything trains.
 #ifdef HEADROOM_EXAMPLES_BIN_DIR
 
 #include <sys/wait.h>
@@ -9,7 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
+#include <vector>
 
 #include "helpers.h"
 
@@ -28,6 +31,24 @@ size_t occurrences(const std::string& text, const std::string& part) {
   size_t n = 0;
   for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
   return n;
+}
+
+// The trimmed cells of the Markdown table row whose first cell is `first`.
+std::vector<std::string> table_cells(const std::string& table, const std::string& first) {
+  std::istringstream lines(table);
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> cells;
+    std::istringstream parts(line.substr(1));
+    for (std::string cell; std::getline(parts, cell, '|');) cells.push_back(cell.substr(1, cell.find_last_not_of(' ')));
+    if (!cells.empty() && cells[0] == first) return cells;
+  }
+  return {};
+}
+
+// Every match of `pattern` in `text`, each as its groups.
+std::vector<std::smatch> matches(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return {std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()};
 }
 
 struct Finished {
@@ -81,6 +102,33 @@ TEST_CASE(
   CHECK(table.find("| mae-equal-updates ") != std::string::npos);
   CHECK(std::filesystem::is_regular_file(dir.file("out/curves.png")));
   CHECK(std::filesystem::is_regular_file(dir.file("out/curves_time.png")));
+}
+
+TEST_CASE("compare: table.md shows each number as the console lines of its run do") {
+  TempDir dir("compare_formats");
+  const Finished run = run_compare(dir, "--methods mha,moh50 --seeds 1 --steps 3");
+  CAPTURE(run.out);
+  REQUIRE(run.status == 0);
+  const auto models = matches(run.out, R"(parameters (\S+) \| MACs/token (\S+) \| active heads (\S+))");
+  const auto finals = matches(run.out, R"(\): loss (\S+) bits_per_byte (\S+))");
+  const auto speeds = matches(run.out, R"(\| (\S+) tok/s \| peak memory (.+ MiB))");
+  REQUIRE(models.size() == 2);
+  REQUIRE(finals.size() == 2);
+  REQUIRE(speeds.size() == 2);
+  const std::string table = file_text(dir.file("out/table.md"));
+  CAPTURE(table);
+  const char* const methods[] = {"mha", "moh50"};
+  for (size_t m = 0; m < 2; ++m) {
+    const std::vector<std::string> cells = table_cells(table, methods[m]);
+    REQUIRE(cells.size() == 11);
+    CHECK(cells[1] == finals[m][2]);                           // bits per byte
+    CHECK(cells[2] == finals[m][1]);                           // validation loss
+    CHECK(cells[6] == models[m][3]);                           // active heads
+    CHECK(cells[7].rfind(models[m][1].str() + " (", 0) == 0);  // parameters, then the change
+    CHECK(cells[8] == models[m][2]);                           // MACs per token
+    CHECK(cells[9] == speeds[m][1]);                           // tokens per second
+    CHECK(cells[10] == speeds[m][2]);                          // peak memory
+  }
 }
 
 TEST_CASE("compare: an unknown method is refused at once, naming the known ones, before any run starts") {

@@ -287,14 +287,21 @@ std::string format_mib(size_t bytes) {
 
 std::string format_seconds(double seconds) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", seconds);
+  // Two decimals below a second, so that short runs do not all read "0.0 s".
+  std::snprintf(text, sizeof text, std::fabs(seconds) < 1 ? "%.2f s" : "%.1f s", seconds);
+  return text;
+}
+
+std::string format_percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f%%", 100 * fraction);
   return text;
 }
 
 std::string format_metric(const std::string& name, double value) {
+  if (ends_with(name, "accuracy")) return format_percent(value);
   char text[32];
-  if (ends_with(name, "accuracy")) std::snprintf(text, sizeof text, "%.2f%%", 100 * value);
-  else if (ends_with(name, "bleu")) std::snprintf(text, sizeof text, "%.2f", 100 * value);
+  if (ends_with(name, "bleu")) std::snprintf(text, sizeof text, "%.2f", 100 * value);
   else std::snprintf(text, sizeof text, "%#.4g", value);
   return text;
 }

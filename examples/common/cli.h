@@ -103,13 +103,16 @@ void check_product(const std::string& a_name, int64_t a, const std::string& b_na
 //   format_count(1234567) "1,234,567"      counts (parameters, steps, items)
 //   format_si(4006020)    "4.01M"          rates and MACs: 3 significant digits, k/M/G/T
 //   format_mib(46093312)  "44.0 MiB"       memory, one decimal
-//   format_seconds(83.27) "83.3 s"         durations, one decimal
+//   format_seconds(83.27) "83.3 s"         durations, one decimal (two below a second: "0.04 s")
+//   format_percent(0.6848) "68.48%"        shares (active heads, time communicating)
 //   format_metric("loss", 2.61234) "2.612"  validation metrics: 4 significant digits (5 as "5.000"),
 //   format_metric("accuracy", 0.6848) "68.48%", format_metric("bleu", 0.058) "5.80" (BLEU ×100)
+// The training binaries' console lines and compare's table.md use these.
 std::string format_count(int64_t count);
 std::string format_si(double value);
 std::string format_mib(size_t bytes);
 std::string format_seconds(double seconds);
+std::string format_percent(double fraction);
 std::string format_metric(const std::string& name, double value);
 
 // The known name nearest to `got` by edit distance, when it is close enough
