@@ -1,5 +1,6 @@
 // Charts: each is written to a temporary PNG, read back with load_image, and
-// checked for where its colours landed relative to the plot area it reports.
+// checked for where its colours landed relative to the plot area it reports;
+// and the curves that loss.png draws from a run's log.
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 
 #include "headroom/core/image.h"
 #include "headroom/examples/common/plot.h"
+#include "headroom/examples/common/report.h"
 #include "helpers.h"
 
 using namespace headroom;
@@ -386,4 +388,31 @@ TEST_CASE("plot: a title too wide for its picture is drawn smaller and stays ins
   chart.title = std::string(400, 'x');  // too wide even at the smallest scale: cut
   picture = draw(plot_bars, chart, true);
   CHECK(picture.find(ink, {0, 0, 14, picture.area.top - 10}).width() == 0);
+}
+
+TEST_CASE("plot: loss.png's smoothed train loss is the mean of the last 50 steps, drawn once 50 are logged") {
+  auto rows = [](int64_t first, int64_t last, int64_t every) {
+    LogRows out;
+    for (int64_t step = first; step <= last; step += every)
+      out.push_back({{"step", double(step)}, {"loss", 2.0 * double(step)}});
+    return out;
+  };
+  const std::vector<LineSeries> long_run = loss_series(rows(1, 60, 1), rows(20, 60, 20));
+  REQUIRE(long_run.size() == 3);
+  const LineSeries& mean = long_run[1];
+  CHECK(mean.name == "train, mean of the last 50 steps");
+  REQUIRE(mean.x.size() == 11);
+  CHECK(mean.x.front() == 50);
+  CHECK(mean.y.front() == doctest::Approx(51));  // 2 · (1 + ... + 50) / 50
+  CHECK(mean.x.back() == 60);
+  CHECK(mean.y.back() == doctest::Approx(71));  // 2 · (11 + ... + 60) / 50
+  CHECK(long_run[2].name == "validation");
+  // A run shorter than the window has no mean to draw; validation keeps its colour.
+  const std::vector<LineSeries> short_run = loss_series(rows(1, 30, 1), rows(10, 30, 10));
+  REQUIRE(short_run.size() == 2);
+  CHECK(short_run[0].name == "train");
+  CHECK(short_run[0].x.size() == 30);
+  CHECK(short_run[1].name == "validation");
+  CHECK(short_run[1].color == long_run[2].color);
+  CHECK(short_run[1].color != short_run[0].color);
 }

@@ -96,10 +96,9 @@ std::string iso8601_now() {
   return with_millis;
 }
 
-std::vector<std::vector<std::pair<std::string, double>>> read_jsonl_numbers(const std::string& path,
-                                                                            const std::string& type) {
+LogRows read_jsonl_numbers(const std::string& path, const std::string& type) {
   std::istringstream in(read_regular_file(path, kMaxReadBytes, "jsonl"));
-  std::vector<std::vector<std::pair<std::string, double>>> rows;
+  LogRows rows;
   std::string line;
   while (std::getline(in, line)) {
     auto [line_type, numbers] = parse_line(line);

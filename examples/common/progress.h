@@ -24,8 +24,8 @@ std::string json_object(const std::vector<JsonField>& fields);
 // Reads the numbers of every line of a JSONL file written by JsonlLog whose
 // "type" is `type`: one map from field name to value per line.  Used to plot
 // curves after a run; string fields other than "type" are skipped.
-std::vector<std::vector<std::pair<std::string, double>>> read_jsonl_numbers(const std::string& path,
-                                                                            const std::string& type);
+using LogRows = std::vector<std::vector<std::pair<std::string, double>>>;
+LogRows read_jsonl_numbers(const std::string& path, const std::string& type);
 
 // The current wall time in ISO 8601, UTC, to the millisecond: "2025-01-31T14:05:09.123Z".
 std::string iso8601_now();

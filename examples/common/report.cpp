@@ -32,8 +32,7 @@ double field(const std::vector<std::pair<std::string, double>>& row, const std::
 }
 
 // (x, y) of `name` over the log rows that have it.
-LineSeries series_of(const std::string& label, const std::vector<std::vector<std::pair<std::string, double>>>& rows,
-                     const std::string& name) {
+LineSeries series_of(const std::string& label, const LogRows& rows, const std::string& name) {
   LineSeries s{label, {}, {}};
   for (const auto& row : rows) {
     double value = field(row, name);
@@ -42,12 +41,14 @@ LineSeries series_of(const std::string& label, const std::vector<std::vector<std
   return s;
 }
 
-LineSeries moving_average(const LineSeries& raw, size_t window) {
-  LineSeries smooth{raw.name + " (" + std::to_string(window) + "-step mean)", raw.x, {}};
+// The mean of the last `window` points, from the first point that has that
+// many: a shorter mean at the start would not be what the label says.
+LineSeries trailing_mean(const LineSeries& raw, size_t window) {
+  LineSeries smooth{raw.name + ", mean of the last " + std::to_string(window) + " steps", {}, {}};
   double sum = 0;
   for (size_t i = 0; i < raw.y.size(); ++i) {
     sum += raw.y[i] - (i >= window ? raw.y[i - window] : 0.0);
-    smooth.y.push_back(sum / double(std::min(i + 1, window)));
+    if (i + 1 >= window) smooth.x.push_back(raw.x[i]), smooth.y.push_back(sum / double(window));
   }
   return smooth;
 }
@@ -163,6 +164,17 @@ bool pmi_tables_inform(const std::vector<std::vector<std::pair<int32_t, double>>
   return ranked > 0 && 2 * size_t(ranked) >= top_lists.size();
 }
 
+std::vector<LineSeries> loss_series(const LogRows& train_rows, const LogRows& eval_rows) {
+  LineSeries train = series_of("train", train_rows, "loss");
+  std::vector<LineSeries> all{train, trailing_mean(train, kLossWindow), series_of("validation", eval_rows, "loss")};
+  std::vector<LineSeries> drawn;
+  for (size_t i = 0; i < all.size(); ++i) {
+    all[i].color = palette_color(i);  // the same colours whether the mean is drawn or not
+    if (!all[i].x.empty()) drawn.push_back(std::move(all[i]));
+  }
+  return drawn;
+}
+
 void write_curve_plots(const std::string& run_dir, const std::string& metric, const std::string& label) {
   const std::string log = run_dir + "/log.jsonl";
   if (!std::filesystem::exists(log)) return;
@@ -170,9 +182,7 @@ void write_curve_plots(const std::string& run_dir, const std::string& metric, co
   if (train_rows.empty()) return;
   LineChart loss;
   loss.title = titled("loss", run_dir, label), loss.x_label = "step", loss.y_label = "loss (nats)";
-  LineSeries train = series_of("train", train_rows, "loss");
-  loss.series = {train, moving_average(train, 50), series_of("validation", eval_rows, "loss")};
-  if (loss.series.back().x.empty()) loss.series.pop_back();
+  loss.series = loss_series(train_rows, eval_rows);
   plot_lines(run_dir + "/loss.png", loss);
   LineSeries quality = series_of(metric, eval_rows, metric);
   if (quality.x.empty()) return;

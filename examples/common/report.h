@@ -1,6 +1,7 @@
 #pragma once
 // What a run directory holds besides the checkpoint and log.jsonl:
-//   loss.png            train loss (raw and a 50-step moving average) and validation loss per step
+//   loss.png            train loss (each step's, and the mean of the last 50 steps once 50
+//                       are logged) and validation loss per step
 //   eval.png            the task's quality metric per evaluation (bits per byte, BLEU, accuracy)
 // and for routed attention (MoA, MoH, MAE):
 //   routing.json/.csv   RoutingRecorder's statistics (load, density, mean gate, histograms, PMI)
@@ -19,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "headroom/examples/common/plot.h"
+#include "headroom/examples/common/progress.h"
 #include "headroom/models/config.h"
 #include "headroom/models/stats.h"
 
@@ -26,6 +29,13 @@ namespace headroom::examples {
 
 // Every plot's title ends with `label`, what the run is (e.g. "runs/lm, moh");
 // an empty label names the run directory's folder.
+
+// loss.png's curves: "train" (every step's loss), "train, mean of the last
+// kLossWindow steps" (from the step that has that many; none in a shorter
+// run) and "validation" (when an evaluation is logged), in palette colours
+// 0, 1 and 2 whichever are drawn.
+constexpr size_t kLossWindow = 50;
+std::vector<LineSeries> loss_series(const LogRows& train_rows, const LogRows& eval_rows);
 
 // The loss and metric curves of a run directory's log.jsonl.  metric: the
 // evaluation field plotted in eval.png.
