@@ -153,6 +153,34 @@ TEST_CASE("train: the model learns and the last evaluation is reported") {
   CHECK(result.peak_bytes > 0);
 }
 
+TEST_CASE("train: the first step trains at lr / warmup, the warm-up's last at lr, the last step at the final rate") {
+  TempDir dir("trainer_lr");
+  CountingTask task("mha");
+  const TrainOptions o = small_run(dir.file("run"));  // 12 steps, 3 of warm-up
+  train(task, o);
+  std::vector<double> lr;
+  for (const auto& row : read_jsonl_numbers(dir.file("run/log.jsonl"), "train"))
+    for (const auto& [key, value] : row)
+      if (key == "lr") lr.push_back(value);
+  REQUIRE(lr.size() == 12);
+  CHECK(lr[0] == doctest::Approx(o.lr / 3));
+  CHECK(lr[1] == doctest::Approx(o.lr * 2 / 3));
+  CHECK(lr[2] == doctest::Approx(o.lr));
+  for (size_t i = 3; i < lr.size(); ++i) CHECK(lr[i] < lr[i - 1]);
+  CHECK(lr.back() == doctest::Approx(o.lr * o.min_lr_ratio));
+}
+
+TEST_CASE("train: the first step moves the weights (warm-up does not start at a rate of 0)") {
+  CountingTask untrained("mha"), task("mha");
+  task.interrupt_at = 0;  // Ctrl-C during the first step: it finishes, then the run stops
+  REQUIRE(train(task, small_run("")).last_step == 1);
+  const std::vector<Tensor> before = untrained.model().parameters(), after = task.model().parameters();
+  REQUIRE(before.size() == after.size());
+  size_t moved = 0;
+  for (size_t i = 0; i < before.size(); ++i) moved += !testing::compare(after[i], before[i], 0).empty();
+  CHECK(moved == before.size());
+}
+
 TEST_CASE("train: a NaN loss stops with the step named and keeps the last good checkpoint") {
   TempDir dir("trainer_nan");
   CountingTask task("mha");

@@ -344,7 +344,9 @@ class TrainingLoop {
     communication = std::chrono::steady_clock::now();
     parallel_.synchronize_gradients(double(out.items));
     result_.communication_seconds += communication_seconds + seconds_since(communication);
-    const double lr_factor = schedule_.factor(step);
+    // The schedule at the steps done after this one: warm-up's first step
+    // trains at lr / warmup instead of 0, and the last one at the final rate.
+    const double lr_factor = schedule_.factor(step + 1);
     check_finite(optimization_.finish(lr_factor), "gradient norm", step, stop());
     result_.train_loss.push_back(totals.loss);
     result_.last_step = step + 1;

@@ -57,7 +57,7 @@ namespace headroom::examples {
 
 struct TrainOptions {
   int64_t steps = 1000;
-  int64_t warmup = 100;  // linear warm-up steps, then cosine decay to min_lr_ratio · lr
+  int64_t warmup = 100;  // steps 1..warmup train at lr · step / warmup, then a cosine decay to min_lr_ratio · lr
   double lr = 1e-3;
   double min_lr_ratio = 0.1;
   double weight_decay = 0.01;  // AdamW, decoupled
