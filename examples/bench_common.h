@@ -1,6 +1,6 @@
 #pragma once
 // Timing and output helpers shared by the benchmark binaries (bench_ops,
-// bench_attention, bench_decode, bench_cuda): interleaved side-by-side timing, so that drift and the
+// bench_attention, bench_decode, bench_step, bench_cuda): interleaved side-by-side timing, so that drift and the
 // host's neighbours hit both sides alike (A, B, B, A, ...; medians; ratio of
 // medians and median of per-pair ratios; docs/performance.md), and Markdown
 // tables.
@@ -12,6 +12,10 @@
 
 #include "headroom/core/backend.h"
 #include "headroom/core/error.h"
+#include "headroom/core/grad_mode.h"
+#include "headroom/core/rng.h"
+#include "headroom/core/threading.h"
+#include "headroom/ops/matmul.h"
 
 namespace headroom::bench {
 
@@ -92,6 +96,24 @@ Comparison time_interleaved(FnA&& a, FnB&& b, int iters, int reps = 1, int warmu
   c.median_pair_ratio = median(pair_ratios);
   c.median_pair_time_ratio = median(time_ratios);
   return c;
+}
+
+// The rate of an f32 matmul [m, k] · [k, n] on `threads` threads, in GFLOP/s:
+// the median of 12 calls after 2 untimed ones (the first starts the thread
+// pool).  An anchor for a benchmark's own rates, measured in the same run,
+// since a shared host moves both.  The thread count in use is restored.
+inline double sgemm_gflops(int64_t m, int64_t k, int64_t n, int threads) {
+  const int previous = num_threads();
+  set_num_threads(threads);
+  Generator gen(1);
+  Tensor a = Tensor::randn({m, k}, gen), b = Tensor::randn({k, n}, gen);
+  NoGradGuard no_grad;
+  auto gemm = [&] { do_not_optimize(matmul(a, b).data<float>()); };
+  std::vector<double> ms;
+  for (int i = 0; i < 14; ++i) ms.push_back(time_ms(gemm, 1));
+  ms.erase(ms.begin(), ms.begin() + 2);
+  set_num_threads(previous);
+  return 2.0 * double(m * k * n) / (median(ms) * 1e6);
 }
 
 // ---- output ---------------------------------------------------------------
