@@ -72,7 +72,9 @@ class Tensor {
   // parameters, dtype.  Uniform in [low, high) and normal draws (rng.h
   // documents the stream); without a generator, default_generator().
   static Tensor rand(const Shape& shape, Generator& gen, double low, double high, DType dtype = DType::f32);
-  static Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::f32) { return rand(shape, gen, 0, 1, dtype); }
+  static Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::f32) {
+    return rand(shape, gen, 0, 1, dtype);
+  }
   static Tensor randn(const Shape& shape, Generator& gen, double mean, double stddev, DType dtype = DType::f32);
   static Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::f32) {
     return randn(shape, gen, 0, 1, dtype);

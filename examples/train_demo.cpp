@@ -133,7 +133,7 @@ int run(const Config& c) {
                    "; stopping without saving (the last checkpoint is kept)");
     loss.backward();
     clip_grad_norm(opt.params(), 1.0);
-    opt.set_lr(c.lr * schedule.factor(step));
+    opt.set_lr(c.lr * schedule.factor(step + 1));  // step 1 trains at lr / warmup, as the binaries do
     opt.step();
     if ((step + 1) % c.log_every == 0 || step + 1 == c.steps) {
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -8,7 +8,7 @@
 //     opt.zero_grad();
 //     loss(model).backward();
 //     clip_grad_norm(opt.params(), 1.0);
-//     opt.set_lr(3e-4 * schedule.factor(step));
+//     opt.set_lr(3e-4 * schedule.factor(step + 1));  // update step + 1: the first at lr / warmup, not 0
 //     opt.step();
 //   }
 //

@@ -43,7 +43,7 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
 // srun it trains data-parallel over the job's ranks (docs/distributed.md):
 // rank 0 prints, the others' stdout is discarded, an error names its rank
 // and ends the whole job.
-// Exit status: 0, 130 after Ctrl-C, 2 for bad flags (with the usage), 1 for errors.
+// Exit status: 0, 130 after Ctrl-C, 2 for bad flags (the error and a pointer to --help), 1 for errors.
 int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, const std::function<RunSummary()>& run,
                   const std::function<void()>& settle = {});
 
