@@ -320,6 +320,7 @@ int run(const std::string& task, int argc, char** argv) {
     settle_train_options(flags, train_options);
     const std::vector<std::string> methods = checked_methods(c.methods, model);
     const std::vector<PlannedRun> runs = plan_runs(methods, model, train_options, c.seeds, c.out, flags);
+    for (const PlannedRun& run : runs) check_run_directory(run.options);  // before the first run trains
     if (train_options.threads > 0) set_num_threads(train_options.threads);
     std::printf("%s\n", run_config_table(flags, train_options).c_str());
     std::vector<std::vector<FinishedRun>> by_method(methods.size());

@@ -106,6 +106,11 @@ struct BadInputData {
     std::filesystem::remove(dir.file("fmzero/train-images-idx3-ubyte"));
     std::filesystem::create_symlink("/dev/zero", dir.file("fmzero/train-images-idx3-ubyte"));
     std::filesystem::create_directories(dir.file("no-classes"));
+    // Run folders that hold a run, in part: a fresh run into one is refused.
+    dir.write("held-log/log.jsonl", "{}\n");
+    dir.write("held-ckpt/checkpoint.safetensors", "a checkpoint");
+    dir.write("held-prev/checkpoint.prev.safetensors", "a checkpoint");
+    dir.write("held-compare/mha-seed1/log.jsonl", "{}\n");
   }
 
   static std::string idx(const std::vector<uint32_t>& shape, const std::string& data) {
@@ -174,6 +179,11 @@ std::vector<BadInput> early_rows(const std::vector<std::string>& fifo_data) {
       {with({"--attn", "mhaa"}), 2, "unknown attention type 'mhaa' (did you mean 'mha'? known: mha, moa, moh, mae)"},
       {with({"--attn", "moh", "--attn-opt", "shared_head=1"}), 2, "(did you mean 'shared_heads'? known: "},
       {with({"--attn-set", "layer.0.option.kv_head=1"}), 2, "mha attention has no option 'kv_head'"},
+      {with({"--ckpt", "held-log"}), 2,
+       "the run folder held-log already holds a run (log.jsonl) that this fresh run would overwrite; pass --resume "
+       "to continue it, --overwrite to replace it"},
+      {with({"--ckpt", "held-ckpt"}), 2, "the run folder held-ckpt already holds a run (checkpoint.safetensors)"},
+      {with({"--ckpt", "held-prev"}), 2, "held-prev already holds a run (checkpoint.prev.safetensors)"},
   };
 }
 
@@ -316,6 +326,9 @@ TEST_CASE("bad inputs: compare exits 2 or 1 with a clear message for every bad f
                     {{"--data", text, "--methods", "mha,dense"}, 2, "unknown method 'dense'"},
                     {{"--data", text, "--methods", "mha,mha"}, 2, "'mha' twice"},
                     {{"--data", text, "--methods", ","}, 2, "--methods names no preset"},
+                    {{"--data", text, "--methods", "mha", "--seeds", "1", "--out", "held-compare"},
+                     2,
+                     "the run folder held-compare/mha-seed1 already holds a run (log.jsonl)"},
                     {{"--task", "speech"}, 2, "--task must be lm, mt or vit"},
                     {{"--task=vit", "--data", data.dir.file("fm"), "--batch", "0"}, 2, "--batch"},
                     {{"--task", "mt", "--data", data.dir.file("latin1.tsv")}, 1, "invalid UTF-8"},

@@ -383,6 +383,38 @@ TEST_CASE("train: --resume without --seed continues with the checkpoint's seed; 
                         "was made with --seed 7, not 3; pass --seed 7 to resume it");
 }
 
+TEST_CASE("train: a fresh run into a folder that holds a run is refused; --overwrite replaces that run") {
+  TempDir dir("trainer_held");
+  const std::string run = dir.file("run");
+  CountingTask first("mha");
+  train(first, small_run(run));  // checkpoints at steps 4, 8, 12
+  CountingTask second("mha");
+  TrainOptions again = small_run(run);
+  again.steps = 8;
+  CHECK_THROWS_HEADROOM(train(second, again), ("the run folder " + run +
+                                               " already holds a run (checkpoint.safetensors, "
+                                               "checkpoint.prev.safetensors, log.jsonl) that this fresh run would "
+                                               "overwrite; pass --resume to continue it, --overwrite to replace it")
+                                                  .c_str());
+  CHECK(load_safetensors(checkpoint_path(run)).metadata.at("train.step") == "12");  // untouched
+  for (const std::string& only : {std::string("log.jsonl"), std::string("checkpoint.prev.safetensors")}) {
+    TempDir held("trainer_held_one");
+    std::filesystem::copy_file(run + "/" + only, held.file(only));
+    CHECK_THROWS_HEADROOM(train(second, small_run(held.path.string())), ("already holds a run (" + only).c_str());
+  }
+  again.overwrite = true;
+  train(second, again);
+  // Nothing of the old run is left: the previous checkpoint is the new run's, the log holds its 8 steps.
+  CHECK(load_safetensors(checkpoint_path(run)).metadata.at("train.step") == "8");
+  CHECK(load_safetensors(previous_checkpoint_path(run)).metadata.at("train.step") == "4");
+  CHECK(read_jsonl_numbers(run + "/log.jsonl", "train").size() == 8);
+  // An empty folder, or one of other files, holds no run.
+  TempDir empty("trainer_empty_folder");
+  empty.write("notes.txt", "not a run");
+  CountingTask third("mha");
+  CHECK(train(third, small_run(empty.path.string())).last_step == 12);
+}
+
 TEST_CASE("train: a --ckpt path that cannot be a directory is an error naming it") {
   TempDir dir("trainer_bad_dir");
   const std::string file = dir.write("taken", "a file");

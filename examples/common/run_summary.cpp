@@ -104,6 +104,7 @@ int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, co
     try {
       settle_train_options(flags, options);
       if (settle) settle();
+      check_run_directory(options);
       if (options.threads > 0) set_num_threads(options.threads);
       std::printf("%s\n", run_config_table(flags, options).c_str());
       RunSummary summary = run();

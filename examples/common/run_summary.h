@@ -38,7 +38,8 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
 
 // main() of a training binary once its flags are declared: parses them,
 // settles the train flags (settle_train_options) and then the task's
-// (`settle`, e.g. the trained lengths a checkpoint fixes), sets the thread
+// (`settle`, e.g. the trained lengths a checkpoint fixes), refuses a fresh
+// run into a folder that holds one (check_run_directory), sets the thread
 // count, prints the config table, runs, prints the summary.  Launched by mpirun or
 // srun it trains data-parallel over the job's ranks (docs/distributed.md):
 // rank 0 prints, the others' stdout is discarded, an error names its rank

@@ -132,6 +132,25 @@ void make_run_directory(const std::string& dir) {
   HEADROOM_CHECK(!error, "[train] cannot create the --ckpt directory ", dir, ": ", error.message());
 }
 
+// The files that make a folder hold a run: what a fresh run would overwrite.
+std::vector<std::string> run_files(const std::string& dir) {
+  return {checkpoint_path(dir), previous_checkpoint_path(dir), dir + "/log.jsonl"};
+}
+
+// The folder of a run that writes one: checked for a fresh run and, under
+// --overwrite, emptied of the old run's files, so that none of its
+// checkpoints is kept as the new run's previous one.
+void start_run_directory(const TrainOptions& o) {
+  if (!o.resume) check_run_directory(o);
+  if (!o.resume && o.overwrite)
+    for (const std::string& file : run_files(o.ckpt_dir)) {
+      std::error_code error;
+      std::filesystem::remove(file, error);
+      HEADROOM_CHECK(!error, "[train] --overwrite cannot delete ", file, ": ", error.message());
+    }
+  make_run_directory(o.ckpt_dir);
+}
+
 // The end of every stop message: what the run's checkpoints are now.
 // saved_step: the step of the newest checkpoint of this run (or the one it resumed), -1 for none.
 std::string stop_note(const TrainOptions& o, int64_t saved_step) {
@@ -404,6 +423,20 @@ bool writes_run_files(const TrainOptions& o) {
   return !o.ckpt_dir.empty() && !o.eval_only && (!o.communicator || o.communicator->rank() == 0);
 }
 
+void check_run_directory(const TrainOptions& o) {
+  if (o.resume || o.overwrite || !writes_run_files(o)) return;
+  std::string held;
+  for (const std::string& file : run_files(o.ckpt_dir)) {
+    std::error_code ignored;
+    if (std::filesystem::exists(file, ignored))
+      held += (held.empty() ? "" : ", ") + std::filesystem::path(file).filename().string();
+  }
+  if (!held.empty())
+    throw UsageError("the run folder " + o.ckpt_dir + " already holds a run (" + held +
+                     ") that this fresh run would overwrite; pass --resume to continue it, --overwrite to replace "
+                     "it (its checkpoints and log are deleted), or another folder");
+}
+
 std::string checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.safetensors"; }
 
 std::string previous_checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.prev.safetensors"; }
@@ -435,6 +468,7 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
   flags.add("log-every", &o.log_every, "progress line every N steps when not on a terminal", positive_count);
   flags.add("ckpt", &o.ckpt_dir, "run directory: checkpoint.safetensors, log.jsonl, plots");
   flags.add("resume", &o.resume, "continue the run in --ckpt from its checkpoint");
+  flags.add("overwrite", &o.overwrite, "a fresh run replaces the run --ckpt holds (deletes its checkpoints and log)");
   flags.add("eval-only", &o.eval_only, "load --ckpt's checkpoint, evaluate and stop");
   flags.add("seed", &o.seed, "seeds initialisation, data order, dropout and sampling", {0, UINT64_MAX});
   flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)", {0, kMaxThreads});
@@ -503,6 +537,7 @@ bool applies(const std::string& name, const std::map<std::string, std::string>& 
   if (name == "length-penalty") return value("beam") != "1";
   if (name == "ckpt-every") return !value("ckpt").empty();
   if (name == "resume" || name == "eval-only") return value(name) == "true";
+  if (name == "overwrite") return value(name) == "true" && value("resume") != "true" && value("eval-only") != "true";
   if (name == "image-size" || name == "channels") return !value("images").empty();
   if (name == "valid-images") return value("images").empty();
   return true;
@@ -563,7 +598,7 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
     std::printf("resumed from step %lld of %lld (%s)\n", (long long)result.first_step, (long long)o.steps,
                 checkpoint_path(o.ckpt_dir).c_str());
   const bool logging = writes_run_files(o);
-  if (logging) make_run_directory(o.ckpt_dir);
+  if (logging) start_run_directory(o);
   JsonlLog log = logging ? JsonlLog(o.ckpt_dir + "/log.jsonl", o.resume ? result.first_step : 0) : JsonlLog();
   if (o.eval_only) {
     // The evaluation's time and memory; throughput stays 0 (none): it is not training.

@@ -72,6 +72,7 @@ struct TrainOptions {
   int64_t log_every = 10;      // progress lines when stdout is not a terminal
   std::string ckpt_dir;        // empty: no checkpoints
   bool resume = false;         // continue from ckpt_dir/checkpoint.safetensors
+  bool overwrite = false;      // a fresh run replaces the run ckpt_dir holds (check_run_directory)
   bool eval_only = false;      // load the checkpoint, evaluate, stop
   uint64_t seed = 1;
   int threads = 0;             // 0: HEADROOM_NUM_THREADS or all cores
@@ -84,7 +85,7 @@ struct TrainOptions {
 
 // The flags every binary shares: --steps --warmup --lr --min-lr-ratio
 // --weight-decay --clip --gate-lr --eval-every --ckpt-every --log-every
-// --ckpt --resume --eval-only --seed --threads --device --tf32.
+// --ckpt --resume --overwrite --eval-only --seed --threads --device --tf32.
 void add_train_flags(Flags& flags, TrainOptions& options);
 
 // Checks the train flags' combinations once they are parsed, before any
@@ -183,8 +184,9 @@ struct TrainResult {
 // there too; checkpoints are written from and read to the host, so a run can
 // resume on another device).  Throws headroom::Error naming the step and the
 // checkpoint kept for a non-finite loss, gradient norm, validation metric or
-// saved tensor; for --resume from a checkpoint at or past options.steps; and
-// for --eval-only when a metric is not finite.  Data-parallel: also when the
+// saved tensor; for --resume from a checkpoint at or past options.steps; for
+// a fresh run into a folder that holds a run (check_run_directory); and for
+// --eval-only when a metric is not finite.  Data-parallel: also when the
 // ranks' settings (every option but device, threads and quiet; the model
 // config; the task's metadata and batch) or, at a checkpoint, their
 // parameters differ, naming the ranks.  Every rank must call it.
@@ -193,6 +195,15 @@ TrainResult train(TrainTask& task, const TrainOptions& options);
 // Whether this process writes the run directory's files (log, plots,
 // reports, checkpoints): a run with --ckpt that trains, on rank 0 only.
 bool writes_run_files(const TrainOptions& options);
+
+// Refuses (UsageError) a fresh run (one that trains without --resume) whose
+// --ckpt folder already holds a run: a checkpoint, the one before it or a
+// log.jsonl, which the run would overwrite.  The message names the folder,
+// --resume to continue that run and --overwrite to replace it on purpose; with
+// options.overwrite, train() deletes those files before it starts.  A folder
+// that is new, empty or holds other files only is fine, and so is any folder
+// of a process that writes no run files (writes_run_files).
+void check_run_directory(const TrainOptions& options);
 
 // The checkpoint file of a run directory, and the one it replaced.
 std::string checkpoint_path(const std::string& ckpt_dir);
