@@ -24,9 +24,11 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // The largest file loaded (docs/limits.md); tensors are also bounded by the file's size.
 constexpr uint64_t kMaxFileBytes = uint64_t(1) << 40;
-// The metadata entry that holds the CRC-32 of the data section (zlib's
-// polynomial: Python's zlib.crc32 over the bytes after the header agrees).
+// The metadata entries that hold the CRC-32 (zlib's polynomial, as Python's
+// zlib.crc32) of the data section, and of the header as save_safetensors
+// writes it without its own entry and padding (header_text).
 constexpr const char* kChecksumKey = "headroom.data_crc32";
+constexpr const char* kHeaderChecksumKey = "headroom.header_crc32";
 
 std::string hex32(uint32_t value) {
   char text[9];
@@ -59,6 +61,32 @@ struct Entry {
   Shape shape;
   uint64_t begin = 0, end = 0;  // byte range inside the data section
 };
+
+json::Value integer_array(const std::vector<int64_t>& values) {
+  std::vector<json::Value> items(values.begin(), values.end());
+  return json::Value::array(std::move(items));
+}
+
+json::Value entry_json(const std::string& dtype, const Shape& shape, uint64_t begin, uint64_t end) {
+  return json::Value::object({{"dtype", dtype},
+                              {"shape", integer_array(shape)},
+                              {"data_offsets", integer_array({int64_t(begin), int64_t(end)})}});
+}
+
+// The header as save_safetensors writes it, unpadded: the metadata first,
+// then the tensors' entries (`tensors`, in name order).
+std::string header_text(json::Members tensors, const std::map<std::string, std::string>& metadata) {
+  json::Members items(metadata.begin(), metadata.end());
+  tensors.emplace(tensors.begin(), "__metadata__", json::Value::object(std::move(items)));
+  return json::dump(json::Value::object(std::move(tensors)));
+}
+
+// The CRC-32 the header checksum covers: of header_text without its own entry.
+uint32_t header_crc(const json::Members& tensors, std::map<std::string, std::string> metadata) {
+  metadata.erase(kHeaderChecksumKey);
+  const std::string text = header_text(tensors, metadata);
+  return crc32_update(0, text.data(), text.size());
+}
 
 // ---- reading ---------------------------------------------------------------------
 
@@ -159,14 +187,15 @@ std::vector<size_t> check_layout(const std::vector<Entry>& entries, uint64_t dat
   return order;
 }
 
-// Checks the data section's CRC-32 against the one the metadata records (files
-// written by other tools have none) and removes that entry from the metadata.
-void verify_checksum(std::map<std::string, std::string>& metadata, uint32_t crc, const std::string& path) {
-  auto recorded = metadata.find(kChecksumKey);
-  if (recorded == metadata.end()) return;
-  HEADROOM_CHECK(recorded->second == hex32(crc), "[safetensors] the tensor data is corrupt: its CRC-32 is ", hex32(crc),
-                 " but the metadata records ", recorded->second, " (", kChecksumKey, "): ", path);
-  metadata.erase(recorded);
+// Checks the CRC-32 that the metadata records under `key` (files written by
+// other tools have none) against `crc`; returns whether there was one.
+bool verify_checksum(const std::map<std::string, std::string>& metadata, const char* key, uint32_t crc,
+                     const char* what, const std::string& path) {
+  auto recorded = metadata.find(key);
+  if (recorded == metadata.end()) return false;
+  HEADROOM_CHECK(recorded->second == hex32(crc), "[safetensors] the ", what, " is corrupt: its CRC-32 is ", hex32(crc),
+                 " but the metadata records ", recorded->second, " (", key, "): ", path);
+  return true;
 }
 
 uint64_t read_u64_le(const unsigned char* bytes) {
@@ -259,10 +288,18 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const uint64_t data_start = 8 + header_bytes;
   std::vector<size_t> file_order = check_layout(entries, file_bytes - data_start, path);
 
+  json::Members by_name;
+  for (const Entry& e : entries) by_name.emplace_back(e.name, entry_json(e.dtype.name, e.shape, e.begin, e.end));
+  std::sort(by_name.begin(), by_name.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const bool header_checked =
+      verify_checksum(file.metadata, kHeaderChecksumKey, header_crc(by_name, file.metadata), "header", path);
+
   std::vector<Tensor> tensors(entries.size());
   uint32_t crc = 0;
   for (size_t i : file_order) tensors[i] = read_tensor(in, data_start, entries[i], path, crc);
-  verify_checksum(file.metadata, crc, path);
+  file.checksummed = verify_checksum(file.metadata, kChecksumKey, crc, "tensor data", path) && header_checked;
+  file.metadata.erase(kChecksumKey);
+  file.metadata.erase(kHeaderChecksumKey);
   for (size_t i = 0; i < entries.size(); ++i) file.tensors.emplace_back(entries[i].name, tensors[i]);
   return file;
 }
@@ -282,15 +319,6 @@ Tensor SafetensorsFile::get(const std::string& name) const {
 
 // ---- writing ---------------------------------------------------------------------
 
-namespace {
-
-json::Value integer_array(const std::vector<int64_t>& values) {
-  std::vector<json::Value> items(values.begin(), values.end());
-  return json::Value::array(std::move(items));
-}
-
-}  // namespace
-
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   // Validate everything before touching the disk.
@@ -305,8 +333,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     HEADROOM_CHECK(by_name[i]->first != by_name[i - 1]->first, "[safetensors] duplicate tensor name '",
                    by_name[i]->first, "': ", path);
 
-  HEADROOM_CHECK(metadata.count(kChecksumKey) == 0, "[safetensors] the metadata key ", kChecksumKey,
-                 " is reserved for the checksum save_safetensors writes: ", path);
+  for (const char* key : {kChecksumKey, kHeaderChecksumKey})
+    HEADROOM_CHECK(metadata.count(key) == 0, "[safetensors] the metadata key ", key,
+                   " is reserved for the checksums save_safetensors writes: ", path);
 
   std::vector<Tensor> contiguous;
   json::Members header;
@@ -315,18 +344,16 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   for (const auto* entry : by_name) {
     Tensor t = entry->second.to(Device::cpu()).contiguous();  // CUDA tensors come to the host first
     const int64_t bytes = t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
-    header.emplace_back(entry->first, json::Value::object({{"dtype", file_dtype_name(t.dtype())},
-                                                           {"shape", integer_array(t.shape())},
-                                                           {"data_offsets", integer_array({offset, offset + bytes})}}));
+    header.emplace_back(entry->first,
+                        entry_json(file_dtype_name(t.dtype()), t.shape(), uint64_t(offset), uint64_t(offset + bytes)));
     offset += bytes;
     crc = crc32_update(crc, t.raw_data(), size_t(bytes));
     contiguous.push_back(t);
   }
-  std::map<std::string, std::string> with_checksum = metadata;
-  with_checksum[kChecksumKey] = hex32(crc);
-  json::Members items(with_checksum.begin(), with_checksum.end());
-  header.emplace(header.begin(), "__metadata__", json::Value::object(std::move(items)));
-  std::string text = json::dump(json::Value::object(std::move(header)));
+  std::map<std::string, std::string> with_checksums = metadata;
+  with_checksums[kChecksumKey] = hex32(crc);
+  with_checksums[kHeaderChecksumKey] = hex32(header_crc(header, with_checksums));
+  std::string text = header_text(std::move(header), with_checksums);
   text.append((8 - text.size() % 8) % 8, ' ');  // so the data starts 8-byte aligned
 
   unsigned char length_bytes[8];

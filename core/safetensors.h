@@ -28,6 +28,10 @@ struct SafetensorsFile {
   std::string path;      // where it was loaded from, for error messages
   NamedTensors tensors;  // in header order
   std::map<std::string, std::string> metadata;
+  // Both checksums of save_safetensors were there (and matched): a file that
+  // claims to be one of this library's (e.g. a training checkpoint) must have
+  // them, since one deleted would let edits of what it covered load unseen.
+  bool checksummed = false;
 
   bool contains(const std::string& name) const;
   Tensor get(const std::string& name) const;  // throws naming the file when absent
@@ -39,9 +43,11 @@ struct SafetensorsFile {
 // dtype, a shape whose byte size differs from its offset range, offsets past
 // the end of the data, overlapping ranges or gaps, duplicate names, a path
 // that is not a regular file (a FIFO, device or folder) or is over 1 TiB, and
-// tensor data whose CRC-32 differs from the one recorded in the metadata.
-// The checksum entry ("headroom.data_crc32", written by save_safetensors;
-// files from other tools have none) is removed from `metadata`.
+// a header or tensor data whose CRC-32 differs from the one recorded in the
+// metadata.  The checksum entries ("headroom.data_crc32" and
+// "headroom.header_crc32", written by save_safetensors) are checked where
+// present, since files from other tools have none, and removed from
+// `metadata`; `checksummed` says whether both were there.
 SafetensorsFile load_safetensors(const std::string& path);
 
 // CRC-32 of `bytes` bytes at `data` (zlib's polynomial, as Python's
@@ -51,9 +57,12 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t bytes);
 
 // Writes tensors (any device, any strides: CUDA tensors are copied to the
 // host first) in name order, contiguous, after a header
-// padded with spaces to a multiple of 8 bytes, with the CRC-32 of the data
-// section in the metadata (so a flipped bit is found on load; the key is
-// reserved).  The write is atomic: a
+// padded with spaces to a multiple of 8 bytes, with two CRC-32s in the
+// metadata, so that a flipped bit or an edit is found on load (both keys are
+// reserved): "headroom.data_crc32" of the data section, and
+// "headroom.header_crc32" of the header as written (metadata, the data's
+// checksum included, then the tensors' entries) without that entry and the
+// padding, which a same-length edit of any entry changes.  The write is atomic: a
 // temporary file in the same folder is written, flushed to disk and renamed,
 // so a failed save leaves any existing file untouched.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,

@@ -242,6 +242,71 @@ TEST_CASE("bad inputs: train_lm exits 2 or 1 with a clear message for every bad 
   check_early_rows("train_lm", {"--data", data.dir.file("fifo")}, data.dir);
 }
 
+// `bytes` with `from` (which must occur) replaced by `to`, padded with spaces
+// (JSON whitespace after a token) to the same length: an edit that keeps every
+// offset of a safetensors file.
+std::string same_length_edit(const std::string& bytes, const std::string& from, std::string to) {
+  const size_t at = bytes.find(from);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(to.size() <= from.size());
+  to.append(from.size() - to.size(), ' ');
+  return std::string(bytes).replace(at, from.size(), to);
+}
+
+TEST_CASE("bad inputs: train_lm refuses a checkpoint whose header or data was edited, or whose checksum was deleted") {
+  BadInputData data("bad_ckpt");
+  const std::string program = std::string(HEADROOM_EXAMPLES_BIN_DIR) + "/train_lm";
+  const std::vector<std::string> tiny{"--data",        data.dir.file("text.txt"),
+                                      "--dim",         "16",
+                                      "--heads",       "2",
+                                      "--ffn",         "32",
+                                      "--layers",      "1",
+                                      "--context",     "16",
+                                      "--batch",       "2",
+                                      "--eval-tokens", "64",
+                                      "--threads",     "1"};
+  std::string command = "cd " + shell_quoted(data.dir.path.string()) + " && " + shell_quoted(program);
+  for (const std::string& arg : tiny) command += " " + shell_quoted(arg);
+  REQUIRE(std::system((command + " --steps 2 --ckpt trained > /dev/null").c_str()) == 0);
+  const std::string bytes = file_text(data.dir.file("trained/checkpoint.safetensors"));
+  const size_t data_key = bytes.find(R"("headroom.data_crc32":")"),
+               header_key = bytes.find(R"("headroom.header_crc32":")");
+  REQUIRE(data_key != std::string::npos);
+  REQUIRE(header_key != std::string::npos);
+  const size_t entry = std::string(R"("headroom.data_crc32":"00000000",)").size();  // with its comma
+  std::string flipped = bytes;
+  flipped.back() = static_cast<char>(flipped.back() ^ 0x10);  // one bit of the last tensor's data
+  const std::vector<std::pair<std::string, std::string>> copies{
+      {"step", same_length_edit(bytes, R"("train.step":"2")", R"("train.step":"1")")},
+      {"seed", same_length_edit(bytes, R"("train.seed":"1")", R"("train.seed":"2")")},
+      {"activation", same_length_edit(bytes, R"("model.activation":"gelu")", R"("model.activation":"relu")")},
+      {"positions", same_length_edit(bytes, R"("model.positions":"sinusoidal")", R"("model.positions":"learned")")},
+      {"no-data-crc", same_length_edit(bytes, bytes.substr(data_key, entry), "")},
+      {"no-header-crc", same_length_edit(bytes, bytes.substr(header_key, entry + 2), "")},
+      {"flipped", flipped},
+  };
+  for (const auto& [name, text] : copies) data.dir.write(name + "/checkpoint.safetensors", text);
+  auto resume = [&](const std::string& dir) {
+    std::vector<std::string> args = tiny;
+    args.insert(args.end(), {"--ckpt", dir, "--resume", "--steps", "4"});
+    return args;
+  };
+  const std::string corrupt_header = "the header is corrupt: its CRC-32 is ";
+  check_table("train_lm",
+              {
+                  {resume("step"), 1, corrupt_header},
+                  {resume("seed"), 1, corrupt_header},
+                  {resume("activation"), 1, corrupt_header},
+                  {resume("positions"), 1, corrupt_header},
+                  {resume("no-data-crc"), 1, corrupt_header},
+                  {resume("no-header-crc"), 1,
+                   "no-header-crc/checkpoint.safetensors is a headroom training checkpoint without the checksums "
+                   "save_safetensors writes"},
+                  {resume("flipped"), 1, "the tensor data is corrupt: its CRC-32 is "},
+              },
+              data.dir);
+}
+
 TEST_CASE("bad inputs: train_mt exits 2 or 1 with a clear message for every bad flag and data file") {
   BadInputData data("bad_mt");
   const std::string pairs = data.dir.file("pairs.tsv"), fifo = data.dir.file("fifo");

@@ -147,16 +147,62 @@ TEST_CASE("safetensors: the written bytes follow the format exactly") {
   save_safetensors(path, {{"b", Tensor::from_vector<float>({1.5f, -2})}, {"a", Tensor::from_vector<int32_t>({7})}},
                    {{"k", "v"}});
   // Metadata first, with the data's CRC-32 (zlib.crc32 of the 12 data bytes,
-  // computed in Python), then tensors by name; offsets count from the data start.
-  std::string header = R"({"__metadata__":{"headroom.data_crc32":"a6b0dcb3","k":"v"},)"
-                       R"("a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
+  // computed in Python) and the header's (zlib.crc32 of this header without
+  // its own entry and the padding), then tensors by name; offsets count from
+  // the data start.
+  std::string header = R"({"__metadata__":{"headroom.data_crc32":"a6b0dcb3","headroom.header_crc32":"b47b6a8e",)"
+                       R"("k":"v"},"a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
   header.append((8 - header.size() % 8) % 8, ' ');  // spaces up to a multiple of 8
   std::string expected =
       u64_le(header.size()) + header + raw(std::vector<int32_t>{7}) + raw(std::vector<float>{1.5f, -2});
   CHECK(read_bytes(path) == expected);
   CHECK(header.size() % 8 == 0);
-  CHECK(load_safetensors(path).metadata == std::map<std::string, std::string>{{"k", "v"}});  // checksum entry removed
+  CHECK(load_safetensors(path).metadata == std::map<std::string, std::string>{{"k", "v"}});  // checksum entries removed
+  CHECK(load_safetensors(path).checksummed);
+}
+
+// `bytes` with `from` (which must occur once) replaced by `to`, padded with
+// spaces (JSON whitespace after a token) to the same length.
+std::string edited(const std::string& bytes, const std::string& from, std::string to) {
+  const size_t at = bytes.find(from);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(bytes.find(from, at + 1) == std::string::npos);
+  REQUIRE(to.size() <= from.size());
+  to.append(from.size() - to.size(), ' ');
+  return bytes.substr(0, at) + to + bytes.substr(at + from.size());
+}
+
+TEST_CASE("safetensors: a same-length edit of the header, or a deleted data checksum, is found by its checksum") {
+  TempDir dir("st_header_crc");
+  const std::string path = dir.file("model.safetensors");
+  save_safetensors(path, {{"w", Tensor::arange(4)}, {"b", Tensor::ones({2})}},
+                   {{"train.step", "4"}, {"model.positions", "sinusoidal"}});
+  const std::string bytes = read_bytes(path);
+  auto written = [&](const std::string& text) { std::ofstream(path, std::ios::binary | std::ios::trunc) << text; };
+  const size_t data_key = bytes.find(R"("headroom.data_crc32":")");
+  REQUIRE(data_key != std::string::npos);
+  const std::string data_entry = bytes.substr(data_key, std::strlen(R"("headroom.data_crc32":"00000000",)"));
+  const size_t header_key = bytes.find(R"("headroom.header_crc32":")");
+  REQUIRE(header_key != std::string::npos);
+  const std::string header_entry = bytes.substr(header_key, std::strlen(R"("headroom.header_crc32":"00000000",)"));
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {R"("train.step":"4")", R"("train.step":"5")"},
+           {R"("model.positions":"sinusoidal")", R"("model.positions":"learned")"},
+           {R"("w":{)", R"("v":{)"},
+           {data_entry, ""}}) {
+    CAPTURE(from);
+    written(edited(bytes, from, to));
+    CHECK_THROWS_HEADROOM(load_safetensors(path), "the header is corrupt: its CRC-32 is ");
+  }
+  // Without the header's checksum the file loads, as one from another tool does, but says so.
+  written(edited(bytes, header_entry, ""));
+  SafetensorsFile unchecked = load_safetensors(path);
+  CHECK_FALSE(unchecked.checksummed);
+  CHECK(unchecked.metadata ==
+        std::map<std::string, std::string>{{"model.positions", "sinusoidal"}, {"train.step", "4"}});
+  CHECK_THROWS_HEADROOM(save_safetensors(path, {}, {{"headroom.header_crc32", "0"}}),
+                        "the metadata key headroom.header_crc32 is reserved");
 }
 
 TEST_CASE("safetensors: a flipped bit in the tensor data is found by the checksum") {

@@ -357,6 +357,28 @@ TEST_CASE("train: resume requires every metadata entry, parsed strictly, and the
       dir.file("i"), [](StringMap& m) { m["model.dropout"] = "nan"; }, "model.dropout = 'nan' is not a finite number");
 }
 
+TEST_CASE("train: a checkpoint without its header checksum is refused, though it loads as a plain file") {
+  TempDir dir("trainer_no_header_crc");
+  CountingTask task("mha");
+  TrainOptions o = small_run(dir.file("run"));
+  o.steps = 4;
+  train(task, o);
+  const std::string path = checkpoint_path(dir.file("run")), key = R"("headroom.header_crc32":")";
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = bytes.find(key);
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at, key.size() + 10, std::string(key.size() + 10, ' '));  // the entry, its value and comma
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  CHECK_FALSE(load_safetensors(path).checksummed);
+  CountingTask again("mha");
+  o.resume = true, o.steps = 8;
+  CHECK_THROWS_HEADROOM(train(again, o), "is a headroom training checkpoint without the checksums");
+}
+
 TEST_CASE("train: --resume without --seed continues with the checkpoint's seed; a different one is refused") {
   TempDir dir("trainer_resume_seed");
   CountingTask task("mha");

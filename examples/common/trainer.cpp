@@ -228,9 +228,15 @@ void check_steps_left(int64_t saved_step, const TrainOptions& o, const std::stri
                  "evaluate it");
 }
 
-void check_format(const StringMap& metadata, const std::string& path) {
-  HEADROOM_CHECK(metadata_entry(metadata, "format", path) == kFormat, "[train] ", path,
+// A training checkpoint, whose header and data both checksums cover: without
+// them an edit of a header entry (train.step, model.activation) would load.
+void check_checkpoint(const SafetensorsFile& file) {
+  HEADROOM_CHECK(metadata_entry(file.metadata, "format", file.path) == kFormat, "[train] ", file.path,
                  " is not a headroom training checkpoint");
+  HEADROOM_CHECK(file.checksummed, "[train] ", file.path,
+                 " is a headroom training checkpoint without the checksums save_safetensors writes "
+                 "(headroom.data_crc32 and headroom.header_crc32): one was deleted, so its header or data may "
+                 "have been edited unseen; it is refused");
 }
 
 // Restores model, optimizer and generator; returns the step to continue from.
@@ -238,7 +244,7 @@ int64_t resume_checkpoint(TrainTask& task, Optimization& optimization, const Tra
   const std::string path = checkpoint_path(o.ckpt_dir);
   SafetensorsFile file = load_checkpoint_file(o.ckpt_dir);
   const StringMap& metadata = file.metadata;
-  check_format(metadata, path);
+  check_checkpoint(file);
   HEADROOM_CHECK(ModelConfig::from_checkpoint_metadata(metadata, path) == task.config(), "[train] checkpoint ", path,
                  " was made with another model config; start a new --ckpt directory or pass the same flags");
   const int64_t step = metadata_int(metadata, "train.step", path, 0, std::numeric_limits<int64_t>::max());
@@ -407,9 +413,9 @@ class TrainingLoop {
 }  // namespace
 
 StringMap read_checkpoint_metadata(const std::string& ckpt_dir) {
-  StringMap metadata = load_checkpoint_file(ckpt_dir).metadata;
-  check_format(metadata, checkpoint_path(ckpt_dir));
-  return metadata;
+  SafetensorsFile file = load_checkpoint_file(ckpt_dir);
+  check_checkpoint(file);
+  return file.metadata;
 }
 
 StringMap task_metadata(const StringMap& metadata) {
