@@ -2,7 +2,9 @@
 
 #include <omp.h>
 
-#include <cerrno>
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -19,12 +21,15 @@ namespace {
 
 int initial_threads() {
   if (const char* env = std::getenv("HEADROOM_NUM_THREADS")) {
-    errno = 0;
-    char* end = nullptr;
-    long n = std::strtol(env, &end, 10);
-    HEADROOM_CHECK(*env != '\0' && *end == '\0' && errno == 0 && n >= 1 && n <= kMaxThreads,
-                   "[threads] HEADROOM_NUM_THREADS='", env, "' must be a whole number from 1 to ", kMaxThreads);
-    return static_cast<int>(n);
+    // Digits only, all of the value: strtol would also take " 2" and "+2".
+    const std::string text = env;
+    const bool digits =
+        !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+    int n = 0;
+    const bool fits = std::from_chars(text.data(), text.data() + text.size(), n).ec == std::errc();
+    HEADROOM_CHECK(digits && fits && n >= 1 && n <= kMaxThreads, "[threads] HEADROOM_NUM_THREADS='", text,
+                   "' must be a whole number from 1 to ", kMaxThreads);
+    return n;
   }
   return std::max(1u, std::thread::hardware_concurrency());
 }

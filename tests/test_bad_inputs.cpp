@@ -89,6 +89,9 @@ struct BadInputData {
                                 "e\n");
     dir.write("latin1.txt", text + "caf\xe9\n");
     dir.write("notab.tsv", "one\tzwei\nno tab here\n");
+    dir.write("nosource.tsv", "one\teins\n\tzwei\n");
+    dir.write("notarget.tsv", "one\teins\ntwo\t\n");
+    dir.write("nul.tsv", std::string("one\teins\ntw\0o\tzwei\n", 19));
     dir.write("folder/readme", "not a .mo file");
     REQUIRE(mkfifo(dir.file("fifo").c_str(), 0600) == 0);
     write_idx_pair("fm", "train", 24, 8, 8);
@@ -106,6 +109,9 @@ struct BadInputData {
     std::filesystem::remove(dir.file("fmzero/train-images-idx3-ubyte"));
     std::filesystem::create_symlink("/dev/zero", dir.file("fmzero/train-images-idx3-ubyte"));
     std::filesystem::create_directories(dir.file("no-classes"));
+    // A class folder whose only "image" is a FIFO, which must be skipped unopened.
+    dir.write("fifo-classes/a/notes.txt", "not an image");
+    REQUIRE(mkfifo(dir.file("fifo-classes/a/fifo.png").c_str(), 0600) == 0);
     // Run folders that hold a run, in part: a fresh run into one is refused.
     dir.write("held-log/log.jsonl", "{}\n");
     dir.write("held-ckpt/checkpoint.safetensors", "a checkpoint");
@@ -145,6 +151,7 @@ std::vector<BadInput> shared_rows(const std::vector<std::string>& data) {
       {with({"--clip", "-1"}), 2, "--clip"},
       {with({"--lr", "nan"}), 2, "--lr"},
       {with({"--lr", "-0.1"}), 2, "--lr"},
+      {with({"--lr", "0x1p-3"}), 2, "--lr expects a number in (0, 1e+06], got '0x1p-3'"},
       {with({"--weight-decay", "1e999"}), 2, "--weight-decay"},
       {with({"--seed", "-1"}), 2, "--seed"},
       {with({"--seed", "18446744073709551616"}), 2, "--seed"},
@@ -336,6 +343,13 @@ TEST_CASE("bad inputs: train_mt exits 2 or 1 with a clear message for every bad 
                     {{"--data", data.dir.file("folder")}, 1, "no .mo files"},
                     {{"--data", data.dir.file("latin1.tsv")}, 1, "latin1.tsv:61: invalid UTF-8"},
                     {{"--data", data.dir.file("notab.tsv")}, 1, "notab.tsv:2: expected source<TAB>target"},
+                    {{"--data", data.dir.file("nosource.tsv")},
+                     1,
+                     "nosource.tsv:2: expected source<TAB>target, got an empty source"},
+                    {{"--data", data.dir.file("notarget.tsv")},
+                     1,
+                     "notarget.tsv:2: expected source<TAB>target, got an empty target"},
+                    {{"--data", data.dir.file("nul.tsv")}, 1, "nul.tsv:2: a NUL byte at column 3"},
                     {{"--data", pairs, "--valid-pairs", "100000"}, 1, "valid 100000"},
                 });
   check_table("train_mt", table, data.dir);
@@ -370,6 +384,11 @@ TEST_CASE("bad inputs: train_vit exits 2 or 1 with a clear message for every bad
                      "missing does not exist; scripts/fetch-data vit fetches the default data"},
                     {{"--images", data.dir.file("missing")}, 1, "missing: no such folder"},
                     {{"--images", data.dir.file("no-classes")}, 1, "no class subfolders"},
+                    {{"--images", data.dir.file("fifo-classes")},
+                     1,
+                     "class folder without images (regular .png, .jpg, .jpeg or .bmp files), only 2 other entries, "
+                     "e.g. " +
+                         data.dir.file("fifo-classes/a/fifo.png")},
                 });
   check_table("train_vit", table, data.dir);
   check_early_rows("train_vit", {"--data", data.dir.file("fmfifo")}, data.dir);
@@ -413,6 +432,7 @@ TEST_CASE("bad inputs: train_demo exits 2 or 1 with a clear message for every ba
                   {{"--threads", "4294967297"}, 2, "--threads"},
                   {{"--lr", "-1"}, 2, "--lr"},
                   {{"--lr", "1x"}, 2, "--lr"},
+                  {{"--lr", "0x1p-3"}, 2, "--lr"},
                   {{"--seed", "-1"}, 2, "--seed"},
                   {{"--check-loss", "-1"}, 2, "--check-loss"},
                   {{"--steps"}, 2, "--steps needs a value"},
@@ -426,7 +446,7 @@ TEST_CASE("bad inputs: train_demo exits 2 or 1 with a clear message for every ba
               data.dir);
   // The environment is checked as strictly as the flags.
   const std::string demo = std::string(HEADROOM_EXAMPLES_BIN_DIR) + "/train_demo";
-  for (const char* threads : {"4294967297", "abc", "0", ""}) {
+  for (const char* threads : {"4294967297", "abc", "0", "", " 2", "+2", "2 "}) {
     const std::string command = "HEADROOM_NUM_THREADS='" + std::string(threads) + "' timeout 30 " + demo +
                                 " --steps 1 > /dev/null 2> " + data.dir.file("stderr.txt");
     const int raw = std::system(command.c_str());

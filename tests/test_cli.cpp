@@ -147,6 +147,9 @@ TEST_CASE("Flags refuse values outside the declared range, including ones that d
       {"lr", "nan"},                      // NaN compares false with every bound
       {"lr", "inf"},                      // past the finite end
       {"lr", "1e-400"},                   // underflows
+      {"lr", "0x1p-3"},                   // hexadecimal: reals are decimal
+      {"lr", " 0.1"},                     // spaces
+      {"lr", "+0.1"},                     // a '+'
       {"dropout", "1"},                   // the open end
       {"dropout", "-0.1"},                // negative
   };

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -206,6 +207,41 @@ TEST_CASE("data: load_image_folder reads classes in sorted order and resizes mix
   CHECK(load_image_folder(dir.path.string(), 2, 1).images.shape() == Shape{3, 1, 2, 2});
 }
 
+// What `body` prints on stdout.
+std::string stdout_of(const std::function<void()>& body) {
+  TempDir dir("stdout");
+  const std::string path = dir.file("out.txt");
+  std::fflush(stdout);
+  const int saved = dup(fileno(stdout));
+  REQUIRE(std::freopen(path.c_str(), "w", stdout) != nullptr);
+  body();
+  std::fflush(stdout);
+  dup2(saved, fileno(stdout));
+  close(saved);
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_CASE("data: load_image_folder skips other entries unopened, a FIFO named .png too, and says how many") {
+  TempDir dir("folder_skips");
+  const std::string root = dir.path.string();
+  fs::create_directories(dir.path / "cat");
+  save_png((dir.path / "cat" / "a.png").string(), Tensor::zeros({2, 2}));
+  REQUIRE(mkfifo((dir.path / "cat" / "fifo.png").c_str(), 0600) == 0);  // opening it would block
+  dir.write("cat/notes.txt", "not an image");
+  dir.write("README", "beside the class folders");
+  ImageDataset data;
+  const std::string out = stdout_of([&] { data = load_image_folder(root, 2, 1); });
+  CHECK(data.images.size(0) == 1);
+  CHECK(out == "note: " + root + ": skipped 3 other entries, e.g. " + root +
+                   "/README (neither class folders nor regular .png, .jpg, .jpeg or .bmp files in one)\n");
+  fs::remove(dir.path / "cat" / "a.png");
+  CHECK_THROWS_HEADROOM(load_image_folder(root, 2, 1), ("cat: class folder without images (regular .png, .jpg, "
+                                                        ".jpeg or .bmp files), only 2 other entries, e.g. " +
+                                                        root + "/cat/fifo.png")
+                                                           .c_str());
+}
+
 TEST_CASE("data: load_image_folder errors name the folder or file") {
   TempDir dir("folder_bad");
   std::string root = dir.path.string();
@@ -313,6 +349,13 @@ TEST_CASE("data: TSV round trip, line numbers in errors") {
   CHECK_THROWS_HEADROOM(read_tsv(dir.write("notab.tsv", "x\ty\n\nno tab here\n")),
                         "notab.tsv:3: expected source<TAB>target (exactly one tab), got no tab");
   CHECK_THROWS_HEADROOM(read_tsv(dir.write("tabs.tsv", "a\tb\tc\n")), "tabs.tsv:1: expected");
+  // An empty side or a NUL byte is refused like any malformed line, not read as a pair.
+  CHECK_THROWS_HEADROOM(read_tsv(dir.write("nosource.tsv", "x\ty\n\ty\n")),
+                        "nosource.tsv:2: expected source<TAB>target, got an empty source");
+  CHECK_THROWS_HEADROOM(read_tsv(dir.write("notarget.tsv", "x\t\r\n")),
+                        "notarget.tsv:1: expected source<TAB>target, got an empty target");
+  CHECK_THROWS_HEADROOM(read_tsv(dir.write("nul.tsv", std::string("x\ty\0z\n", 6))),
+                        "nul.tsv:1: a NUL byte at column 4");
   // As the .mo reader: invalid UTF-8 is refused, naming the line and the offset.
   CHECK_THROWS_HEADROOM(read_tsv(dir.write("latin1.tsv",
                                            "x\ty\nGr\xfc\xdf"

@@ -1,13 +1,10 @@
 #include "headroom/examples/common/cli.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <iterator>
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <new>
 #include <sstream>
@@ -49,13 +46,14 @@ bool in_range(double value, const RealRange& range) {
   return above && below;
 }
 
-// strtod that must consume the whole text (no leading spaces either).
+// The whole text as a decimal real (std::from_chars: an optional '-',
+// digits, a fraction and an exponent; no spaces, '+', hexadecimal or locale),
+// or nothing when it is not one or is out of the double's range.
 std::optional<double> parse_real(const std::string& text) {
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (*end != '\0' || errno != 0) return std::nullopt;
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value, std::chars_format::general);
+  if (error != std::errc() || stop != end) return std::nullopt;
   return value;
 }
 

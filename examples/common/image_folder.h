@@ -12,13 +12,15 @@
 
 namespace headroom::examples {
 
-// Class ids follow the sorted subfolder names.  Every file ending in .png,
-// .jpg, .jpeg or .bmp (any case) is read with load_image as `channels`
+// Class ids follow the sorted subfolder names.  Every regular file ending in
+// .png, .jpg, .jpeg or .bmp (any case) is read with load_image as `channels`
 // channels (1..4) and resized (bilinear) to size x size, so the images may
-// have mixed sizes; other files are skipped.  Images are ordered by class,
-// then by sorted file name.  Throws for a missing folder, a folder without
-// class subfolders, a class without images, and an unreadable image (naming
-// the file).
+// have mixed sizes.  Other entries (files of other extensions, FIFOs, which
+// are never opened, nested folders, files beside the class folders) are
+// skipped, and one line on stdout says how many and names one.  Images are
+// ordered by class, then by sorted file name.  Throws for a missing folder, a
+// folder without class subfolders, a class without images (with what it
+// holds instead), and an unreadable image (naming the file).
 ImageDataset load_image_folder(const std::string& dir, int64_t size, int channels);
 
 }  // namespace headroom::examples

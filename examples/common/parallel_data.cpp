@@ -141,6 +141,11 @@ SentencePairs read_tsv(const std::string& path) {
     HEADROOM_CHECK(tab != std::string::npos && line.find('\t', tab + 1) == std::string::npos, "[read_tsv] ", path, ":",
                    line_number, ": expected source<TAB>target (exactly one tab), got ",
                    tab == std::string::npos ? "no tab" : "several tabs");
+    HEADROOM_CHECK(tab > 0 && tab + 1 < line.size(), "[read_tsv] ", path, ":", line_number,
+                   ": expected source<TAB>target, got an empty ", tab == 0 ? "source" : "target");
+    const size_t nul = line.find('\0');
+    HEADROOM_CHECK(nul == std::string::npos, "[read_tsv] ", path, ":", line_number, ": a NUL byte at column ", nul + 1,
+                   "; expected text");
     pairs.emplace_back(line.substr(0, tab), line.substr(tab + 1));
   }
   return pairs;

@@ -37,8 +37,9 @@ SentencePairs read_mo_dir(const std::string& dir);
 
 // One "source<TAB>target" pair per line; empty lines are skipped, a trailing
 // '\r' is dropped.  Throws naming the path for a file that is missing, not a
-// regular file or over kMaxTsvBytes, and naming the line for invalid UTF-8
-// and for a line without exactly one tab.
+// regular file or over kMaxTsvBytes, and naming the line for invalid UTF-8,
+// a line without exactly one tab, one with an empty side and one holding a
+// NUL byte.
 SentencePairs read_tsv(const std::string& path);
 
 // Writes the pairs as read_tsv reads them, atomically; throws for a sentence
