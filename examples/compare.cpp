@@ -313,10 +313,8 @@ int run(const std::string& task, int argc, char** argv) {
     if (!flags.parse(argc, argv)) return 0;
     if (task != "lm" && task != "mt" && task != "vit")
       throw UsageError("--task must be lm, mt or vit, got '" + task + "'");
-    // The presets set each run's attention and --out its folder, so these would be ignored.
-    for (const std::string flag : {"attn", "attn-opt", "ckpt"})
-      if (flags.was_set(flag))
-        throw UsageError("--" + flag + " does not apply to compare: --methods sets the attention, --out the folder");
+    // The presets set each run's attention and --out its folder, so --attn, --attn-opt and --ckpt are refused.
+    check_flags_apply(flags);
     settle_train_options(flags, train_options);
     const std::vector<std::string> methods = checked_methods(c.methods, model);
     const std::vector<PlannedRun> runs = plan_runs(methods, model, train_options, c.seeds, c.out, flags);

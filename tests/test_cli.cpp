@@ -220,21 +220,64 @@ TEST_CASE("parse_options refuses a key given twice instead of keeping the last")
 TEST_CASE("ModelOptions refuse sizes whose weights exceed the limit before anything is allocated") {
   ModelOptions m;
   m.dim = kMaxDim, m.ffn = kMaxFfn, m.layers = kMaxLayers;
-  CHECK_THROWS_HEADROOM(m.config(), "weights per stack, over the limit of 2147483648");
+  CHECK_THROWS_HEADROOM(m.config(ModelStacks::encoder_decoder), "weights per stack, over the limit of 2147483648");
   m.dim = 1 << 20;  // past the flag's range: refused before the product can overflow
-  CHECK_THROWS_HEADROOM(m.config(), "must be at most 16384");
+  CHECK_THROWS_HEADROOM(m.config(ModelStacks::encoder_decoder), "must be at most 16384");
 }
 
 TEST_CASE("ModelOptions refuse a misspelt method or option, naming the nearest and the known ones") {
   ModelOptions m;
   m.attn = "mhaa";
-  CHECK_THROWS_HEADROOM(m.config(), "unknown attention type 'mhaa' (did you mean 'mha'? known: mha, moa, moh, mae)");
+  CHECK_THROWS_HEADROOM(m.config(ModelStacks::encoder_decoder),
+                        "unknown attention type 'mhaa' (did you mean 'mha'? known: mha, moa, moh, mae)");
   m.attn = "moh", m.attn_opt = "shared_head=2";
-  CHECK_THROWS_HEADROOM(m.config(), "moh attention has no option 'shared_head' (did you mean 'shared_heads'?");
+  CHECK_THROWS_HEADROOM(m.config(ModelStacks::encoder_decoder),
+                        "moh attention has no option 'shared_head' (did you mean 'shared_heads'?");
   m.attn_opt = "", m.attn_set = "layer.1.option.routed_kk=2";
-  CHECK_THROWS_HEADROOM(m.config(), "--attn-set layer.1.option.routed_kk=2: moh attention has no option 'routed_kk'");
+  CHECK_THROWS_HEADROOM(m.config(ModelStacks::encoder_decoder),
+                        "--attn-set layer.1.option.routed_kk=2: moh attention has no option 'routed_kk'");
   m.attn_set = "layer.0.type=mha,layer.0.option.kv_heads=2";  // an MHA option on the layer that is MHA
-  CHECK(m.config().attention.resolve(0, AttentionRole::decoder_self).type == "mha");
+  CHECK(m.config(ModelStacks::encoder_decoder).attention.resolve(0, AttentionRole::decoder_self).type == "mha");
+}
+
+TEST_CASE("ModelOptions refuse --attn-set keys that name a layer or role the model lacks, or no value") {
+  struct Bad {
+    ModelStacks stacks;
+    std::string set, expected;
+  };
+  const std::string lm = "; the model has decoder_self attention in layers 0 to 1";
+  const Bad bad[] = {
+      {ModelStacks::decoder, "layer.7.type=mha", "--attn-set layer.7.type=mha: layer 7 is past the last layer" + lm},
+      {ModelStacks::decoder, "cross.type=mha", "--attn-set cross.type=mha: this model has no cross attention" + lm},
+      {ModelStacks::decoder, "cross.option.no_such=1", "this model has no cross attention"},
+      {ModelStacks::decoder, "encoder_self.option.kv_heads=2", "this model has no encoder_self attention"},
+      {ModelStacks::encoder, "decoder_self.layer.0.type=mha",
+       "this model has no decoder_self attention; the model has encoder_self attention in layers 0 to 1"},
+      {ModelStacks::encoder_decoder, "layer.-1.type=mha", "a layer index is written 0, 1, 2, ..., got '-1'"},
+      {ModelStacks::encoder_decoder, "layer.01.type=mha", "got '01'"},
+      {ModelStacks::encoder_decoder, "layer..type=mha", "got ''"},
+      {ModelStacks::encoder_decoder, "cross.layer.2.type=mha",
+       "layer 2 is past the last layer; the model has encoder_self attention in layers 0 to 1, decoder_self "
+       "attention in layers 0 to 1, cross attention in layers 0 to 1"},
+      {ModelStacks::encoder_decoder, "layer.0.type=", "--attn-set gives the key 'layer.0.type' no value"},
+      {ModelStacks::encoder_decoder, "layer.0.kind=mha", "expected a key [<role>.][layer.<i>.]type or"},
+      {ModelStacks::encoder_decoder, "encoder_self.cross.type=mha", "expected a key"},
+  };
+  for (const Bad& b : bad) {
+    CAPTURE(b.set);
+    ModelOptions m;
+    m.layers = 2, m.attn_set = b.set;
+    CHECK_THROWS_HEADROOM(m.config(b.stacks), b.expected.c_str());
+    CHECK_THROWS_AS(m.config(b.stacks), UsageError);
+  }
+  ModelOptions m;
+  m.layers = 2, m.attn_set = "cross.type=mha,encoder_self.layer.1.option.kv_heads=2,layer.1.type=moh";
+  const ModelConfig c = m.config(ModelStacks::encoder_decoder);
+  CHECK(c.attention.resolve(1, AttentionRole::decoder_self).type == "moh");
+  CHECK(c.encoder_layers == 2);
+  m.attn_set = "decoder_self.layer.1.type=moh";
+  CHECK(m.config(ModelStacks::decoder).encoder_layers == 0);
+  CHECK_THROWS_HEADROOM(parse_options("kv_heads="), "--attn-opt gives the key 'kv_heads' no value");
 }
 
 TEST_CASE("nearest_name offers a known name only when it is a likely typo") {

@@ -216,7 +216,7 @@ TEST_CASE("compare's method presets stay within 2% of MHA's parameters at the bi
   // The decoder-only LM (8 heads) and the encoder-decoder MT model (4 heads),
   // each at its binary's default size.
   auto parameters = [](const ModelOptions& m, bool encoder_decoder) {
-    ModelConfig config = m.config();
+    ModelConfig config = m.config(encoder_decoder ? ModelStacks::encoder_decoder : ModelStacks::decoder);
     config.vocab = 256;
     Generator gen(1);
     if (encoder_decoder) return EncoderDecoder(config, gen).num_parameters();

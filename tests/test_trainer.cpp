@@ -459,6 +459,41 @@ TEST_CASE("json_object writes numbers, integers, strings and non-finite values")
         R"({"type":"eval","step":3,"loss":0.5,"bad":"nan"})");
 }
 
+TEST_CASE("check_flags_apply refuses a flag given that does not apply to the run, saying why") {
+  auto check = [](std::vector<std::string> args) {
+    Flags flags("test", "train and model flags");
+    TrainOptions o;
+    ModelOptions m;
+    std::string methods;   // compare's
+    int64_t generate = 0;  // train_lm's
+    double temperature = 1;
+    flags.add("methods", &methods, "presets");
+    flags.add("generate", &generate, "tokens", {0, 100});
+    flags.add("temperature", &temperature, "sampling", {0, 10, End::open, End::closed});
+    add_model_flags(flags, m);
+    add_train_flags(flags, o);
+    args.insert(args.begin(), "test");
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    flags.parse(int(argv.size()), argv.data());
+    check_flags_apply(flags);
+  };
+  CHECK_THROWS_HEADROOM(check({"--bcd-f", "5"}),
+                        "--bcd-f does not apply to test: it sets MAE's training, and no layer is MAE (--attn mae, or "
+                        "mae in --attn-set or --methods)");
+  CHECK_NOTHROW(check({"--bcd-f", "5", "--attn", "mae"}));
+  CHECK_NOTHROW(check({"--bcd-f", "5", "--attn-set", "layer.0.type=mae"}));
+  CHECK_NOTHROW(check({"--bcd-f", "5", "--methods", "mha,mae"}));
+  CHECK_NOTHROW(check({"--bcd-f", "5", "--ckpt", "run", "--resume"}));  // the checkpoint's model may be MAE
+  CHECK_THROWS_HEADROOM(check({"--temperature", "0.5"}), "--temperature does not apply to test: it shapes the sample");
+  CHECK_NOTHROW(check({"--temperature", "0.5", "--generate", "5"}));
+  CHECK_THROWS_HEADROOM(check({"--tf32"}), "--tf32 does not apply to test: it is a CUDA setting, and --device is cpu");
+  CHECK_THROWS_HEADROOM(check({"--overwrite", "--ckpt", "run", "--eval-only"}), "--eval-only writes no run");
+  CHECK_THROWS_HEADROOM(check({"--methods", "mha", "--attn", "moh"}),
+                        "--attn does not apply to test: --methods sets the attention, --out the folder");
+  CHECK_NOTHROW(check({"--steps", "10", "--attn", "moh"}));
+}
+
 TEST_CASE("run_config_table lists only the flags that apply to the run") {
   auto table = [](std::vector<std::string> args) {
     Flags flags("test", "train and model flags");

@@ -27,7 +27,6 @@ class LmTask : public ModelTask<DecoderLM> {
                    " training and ", valid_ids_.size(), " validation bytes");
     if (!source.from_checkpoint) {
       config_.vocab = tokenizer_.vocab_size();
-      config_.encoder_layers = 0;
       config_.max_len = lm.context;  // the context it is trained at: generation slides past it
     }
     build_model();
@@ -168,7 +167,7 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
   check_product("--batch", lm.batch, "--context", lm.context, kMaxBatchTokens, "tokens per batch");
   if (lm.generate > 0 && lm.prompt.empty()) throw UsageError("--generate needs a non-empty --prompt");
   check_data_exists("--data", lm.data, "lm");
-  LmTask task(lm, model_source(model_options, o), o.seed);
+  LmTask task(lm, model_source(model_options, o, ModelStacks::decoder), o.seed);
   const double macs_per_token = double(task.typed_model().forward_macs(lm.context)) / double(lm.context);
   std::printf("%s\n", model_summary(summarize("lm", task.model(), task.config(), o, {}, macs_per_token),
                                     task.typed_model().describe(lm.context))

@@ -1,6 +1,7 @@
 #include "headroom/examples/common/model_options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -30,12 +31,67 @@ std::vector<std::string> option_names(const std::string& type) {
   return names;
 }
 
+// The attention roles of c's model, each with the layers of its stack:
+// encoder_self with an encoder, decoder_self with a decoder, cross with both.
+std::vector<std::pair<AttentionRole, int64_t>> model_roles(const ModelConfig& c) {
+  std::vector<std::pair<AttentionRole, int64_t>> roles;
+  if (c.encoder_layers > 0) roles.emplace_back(AttentionRole::encoder_self, c.encoder_layers);
+  if (c.decoder_layers > 0) roles.emplace_back(AttentionRole::decoder_self, c.decoder_layers);
+  if (c.encoder_layers > 0 && c.decoder_layers > 0) roles.emplace_back(AttentionRole::cross, c.decoder_layers);
+  return roles;
+}
+
+// "decoder_self attention in layers 0 to 1, ...": what an --attn-set key can name.
+std::string describe_roles(const std::vector<std::pair<AttentionRole, int64_t>>& roles) {
+  std::string text;
+  for (const auto& [role, layers] : roles)
+    text += (text.empty() ? "" : ", ") + std::string(role_name(role)) + " attention in layers 0 to " +
+            std::to_string(layers - 1);
+  return text;
+}
+
+// Digits without a leading zero: an index as the checkpoint's keys write it.
+bool plain_index(const std::string& index) {
+  return !index.empty() && (index == "0" || index[0] != '0') &&
+         std::all_of(index.begin(), index.end(), [](unsigned char ch) { return std::isdigit(ch); });
+}
+
+// Refuses an --attn-set key the model would ignore or misread: a role it
+// lacks, a layer past its stack, an index not written plainly ("01", "-1"),
+// another form than [<role>.][layer.<i>.]type or ...option.<name>.
+void check_attention_keys(const ModelConfig& c, const std::string& attn_set) {
+  const auto roles = model_roles(c);
+  for (const auto& [key, value] : parse_options(attn_set, "--attn-set")) {
+    auto refuse = [&, &key = key, &value = value](const std::string& why) {
+      throw UsageError("--attn-set " + key + "=" + value + ": " + why + "; the model has " + describe_roles(roles));
+    };
+    std::string rest = key;
+    int64_t layers = 0;  // of the stacks the key can name
+    for (const auto& [role, count] : roles) layers = std::max(layers, count);
+    for (AttentionRole role : {AttentionRole::encoder_self, AttentionRole::decoder_self, AttentionRole::cross}) {
+      const std::string prefix = std::string(role_name(role)) + ".";
+      if (rest.rfind(prefix, 0) != 0) continue;
+      auto held = std::find_if(roles.begin(), roles.end(), [&](const auto& r) { return r.first == role; });
+      if (held == roles.end()) refuse("this model has no " + std::string(role_name(role)) + " attention");
+      layers = held->second, rest = rest.substr(prefix.size());
+      break;
+    }
+    if (rest.rfind("layer.", 0) == 0) {
+      const std::string index = rest.substr(6, rest.find('.', 6) - 6);
+      if (!plain_index(index)) refuse("a layer index is written 0, 1, 2, ..., got '" + index + "'");
+      if (index.size() > 9 || std::stoll(index) >= layers) refuse("layer " + index + " is past the last layer");
+      rest = rest.substr(std::min(rest.size(), 7 + index.size()));
+    }
+    if (rest != "type" && (rest.rfind("option.", 0) != 0 || rest.size() == 7))
+      refuse("expected a key [<role>.][layer.<i>.]type or [<role>.][layer.<i>.]option.<name>");
+  }
+}
+
 // Checks every method and option name the layers of `c` resolve to, before
 // any data is read: a misspelt one is refused with the nearest known name.
 void check_attention_names(const ModelConfig& c, const ModelOptions& m) {
   std::map<std::string, std::vector<std::string>> names_of;  // per type, each probed once
-  const int64_t layers = std::max(c.encoder_layers, c.decoder_layers);
-  for (AttentionRole role : {AttentionRole::encoder_self, AttentionRole::decoder_self, AttentionRole::cross})
+  for (const auto& [role, layers] : model_roles(c))
     for (int64_t layer = 0; layer < layers; ++layer) {
       const AttentionChoice choice = c.attention.resolve(layer, role);
       if (!names_of.count(choice.type)) names_of[choice.type] = option_names(choice.type);
@@ -95,7 +151,7 @@ void check_flags_agree(const ModelOptions& m, const ModelConfig& saved, const st
 
 }  // namespace
 
-ModelConfig ModelOptions::config() const {
+ModelConfig ModelOptions::config(ModelStacks stacks) const {
   HEADROOM_CHECK(dim > 0 && heads > 0 && layers > 0 && ffn > 0 && dim % heads == 0,
                  "[model] expected positive --dim, --heads, --layers, --ffn with --dim divisible by --heads, got dim ",
                  dim, ", heads ", heads, ", layers ", layers, ", ffn ", ffn);
@@ -109,11 +165,13 @@ ModelConfig ModelOptions::config() const {
                      "limit of " + std::to_string(kMaxStackWeights));
   ModelConfig c;
   c.dim = dim, c.heads = heads, c.ffn_hidden = ffn;
-  c.encoder_layers = layers, c.decoder_layers = layers;
+  c.encoder_layers = stacks == ModelStacks::decoder ? 0 : layers;
+  c.decoder_layers = stacks == ModelStacks::encoder ? 0 : layers;
   c.activation = Activation::gelu;
   c.dropout = dropout;
   c.attention.type = attn;
   c.attention.options = parse_options(attn_opt, "--attn-opt");
+  check_attention_keys(c, attn_set);
   for (const auto& [key, value] : parse_options(attn_set, "--attn-set")) c.attention.set(key, value);
   check_attention_names(c, *this);
   return c;
@@ -143,12 +201,13 @@ void settle_trained_value(const Flags& flags, const TrainOptions& train, const s
   std::printf("note: %s; evaluating at %lld\n", given.c_str(), (long long)value);
 }
 
-ModelSource model_source(const ModelOptions& m, const TrainOptions& train) {
-  if (!train.resume && !train.eval_only) return {m.config(), {}, false};
+ModelSource model_source(const ModelOptions& m, const TrainOptions& train, ModelStacks stacks) {
+  if (!train.resume && !train.eval_only) return {m.config(stacks), {}, false};
   if (train.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
   const std::string path = checkpoint_path(train.ckpt_dir);
   const StringMap metadata = read_checkpoint_metadata(train.ckpt_dir);
   ModelSource source{ModelConfig::from_checkpoint_metadata(metadata, path), task_metadata(metadata), true};
+  check_attention_keys(source.config, m.attn_set);
   check_flags_agree(m, source.config, path);
   return source;
 }
@@ -178,6 +237,8 @@ StringMap parse_options(const std::string& text, const std::string& flag) {
     size_t equals = entry.find('=');
     if (equals == std::string::npos || equals == 0)
       throw UsageError(flag + " entries are key=value, got '" + entry + "'");
+    if (equals + 1 == entry.size())
+      throw UsageError(flag + " gives the key '" + entry.substr(0, equals) + "' no value");
     // A repeated key would silently keep only its last value.
     if (!options.emplace(entry.substr(0, equals), entry.substr(equals + 1)).second)
       throw UsageError(flag + " gives the key '" + entry.substr(0, equals) + "' twice");

@@ -28,6 +28,10 @@ constexpr int64_t kMaxStackWeights = int64_t(1) << 31;
 // length and tokens per batch (batch × length) the task flags accept.
 constexpr int64_t kMaxBatch = 65536, kMaxContext = 65536, kMaxBatchTokens = int64_t(1) << 24;
 
+// The stacks of a task's model: an LM's decoder, a ViT's encoder, a
+// translation model's both.
+enum class ModelStacks { decoder, encoder, encoder_decoder };
+
 struct ModelOptions {
   std::string attn = "mha";
   std::string attn_opt;  // "key=value,..."
@@ -41,10 +45,12 @@ struct ModelOptions {
     return flags != nullptr && flags->declares(flag) && flags->was_set(flag);
   }
   // The transformer part of a ModelConfig (pre-LN, GELU, sinusoidal positions,
-  // attention spec); layers go to encoder and decoder alike, the task keeps
-  // the stacks it uses.  Throws UsageError for sizes whose weights exceed
-  // kMaxStackWeights.
-  ModelConfig config() const;
+  // attention spec) with `layers` in each of `stacks`.  Throws UsageError for
+  // sizes whose weights exceed kMaxStackWeights, an unknown method or option
+  // name, and an --attn-set key the model would ignore: a role or layer it
+  // lacks (cross.type in a decoder-only model, layer.7 of 2), an index not
+  // written plainly (layer.01, layer.-1), an empty value.
+  ModelConfig config(ModelStacks stacks) const;
 };
 
 void add_model_flags(Flags& flags, ModelOptions& options);
@@ -58,10 +64,11 @@ struct ModelSource {
   bool from_checkpoint = false;
 };
 
-// The checkpoint's config for --resume and --eval-only, else the flags'.
-// A model flag given on the command line that contradicts the checkpoint
-// throws UsageError naming the flag, the checkpoint's field and both values.
-ModelSource model_source(const ModelOptions& options, const TrainOptions& train);
+// The checkpoint's config for --resume and --eval-only, else the flags' for
+// a model of `stacks`.  A model flag given on the command line that
+// contradicts the checkpoint, or an --attn-set key its model lacks, throws
+// UsageError naming the flag, the checkpoint's field and both values.
+ModelSource model_source(const ModelOptions& options, const TrainOptions& train, ModelStacks stacks);
 
 // A task flag whose value the trained model fixes: an LM's --context, a
 // translation model's --max-tokens, a ViT's --image-size.  For --resume and
@@ -83,7 +90,7 @@ void settle_trained_value(const Flags& flags, const TrainOptions& train, const s
 ModelConfig checkpoint_config(const TrainOptions& train);
 
 // "a=1,b=x" -> {a: 1, b: x}; throws UsageError naming `flag` on an entry
-// without '=' and on a key given twice.
+// without '=' or without a value and on a key given twice.
 StringMap parse_options(const std::string& text, const std::string& flag = "--attn-opt");
 
 // The share of attention heads that run for each token, averaged over the

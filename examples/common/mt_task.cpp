@@ -291,7 +291,7 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
                  "[train_mt] --batch, --max-tokens and --beam must be positive");
   check_product("--batch", mt.batch, "--max-tokens", mt.max_tokens, kMaxBatchTokens, "tokens per batch");
   check_data_exists("--data", mt.data, "mt");
-  const ModelSource source = model_source(model_options, o);
+  const ModelSource source = model_source(model_options, o, ModelStacks::encoder_decoder);
   if (source.from_checkpoint && model_options.given("bpe-merges")) check_merges_agree(mt, source, o.ckpt_dir);
   MtTask task(mt, source, o.seed);
   const ParallelSplit& split = task.split();

@@ -100,6 +100,7 @@ int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, co
   std::shared_ptr<Communicator> world;  // held to the end: MPI finalises when the last handle goes
   const int status = run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
+    check_flags_apply(flags);
     world = options.communicator = launch_communicator(options);
     try {
       settle_train_options(flags, options);

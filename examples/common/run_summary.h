@@ -37,7 +37,8 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
                      const TrainOptions& options, const TrainResult& result, double macs_per_item);
 
 // main() of a training binary once its flags are declared: parses them,
-// settles the train flags (settle_train_options) and then the task's
+// refuses one given that does not apply (check_flags_apply), settles the
+// train flags (settle_train_options) and then the task's
 // (`settle`, e.g. the trained lengths a checkpoint fixes), refuses a fresh
 // run into a folder that holds one (check_run_directory), sets the thread
 // count, prints the config table, runs, prints the summary.  Launched by mpirun or

@@ -521,39 +521,70 @@ Device training_device(const std::string& name) {
 
 namespace {
 
-// Whether `--name` applies to this run, from the values of all flags: MAE's
-// BCD flags need an MAE model, sampling flags --generate, --tf32 a GPU,
-// --attn and --ckpt a run without compare's --methods, and so on; a text
-// flag left empty is not shown.  A flag a binary lacks reads
-// as empty.
-bool applies(const std::string& name, const std::map<std::string, std::string>& values) {
-  auto value = [&](const std::string& flag) {
-    auto found = values.find(flag);
-    return found == values.end() ? std::string() : found->second;
-  };
+using FlagValues = std::map<std::string, std::string>;
+
+// The value of `--flag`; a flag a binary lacks reads as empty.
+std::string value_of(const FlagValues& values, const std::string& flag) {
+  auto found = values.find(flag);
+  return found == values.end() ? std::string() : found->second;
+}
+
+// Why `--name` has no effect on this run, from the values of all flags, or
+// "" when it has one: MAE's BCD flags need an MAE model, the sampling flags
+// --generate, --tf32 a GPU, --attn and --ckpt a run without compare's
+// --methods, and so on.  The one list of what applies: run_config_table
+// leaves these flags out, check_flags_apply refuses them when given.
+std::string ignored_because(const std::string& name, const FlagValues& values) {
+  auto value = [&](const std::string& flag) { return value_of(values, flag); };
   static const std::set<std::string> mae_flags{"gate-lr", "bcd-warm", "bcd-f", "bcd-g", "mae-joint"};
   static const std::set<std::string> sampling_flags{"prompt", "temperature", "top-k"};
-  if (value(name).empty()) return false;  // an unset text flag (--attn-opt, --ckpt) says nothing
-  if (mae_flags.count(name))
-    return (value("attn") + "," + value("attn-set") + "," + value("methods")).find("mae") != std::string::npos;
-  if (sampling_flags.count(name) || name == "generate") return value("generate") != "0";
+  // With --resume or --eval-only the checkpoint sets the model, which may be MAE whatever --attn says.
+  const bool model_from_checkpoint = value("resume") == "true" || value("eval-only") == "true";
+  const bool mae = (value("attn") + "," + value("attn-set") + "," + value("methods")).find("mae") != std::string::npos;
+  if (mae_flags.count(name) && !mae && !model_from_checkpoint)
+    return "it sets MAE's training, and no layer is MAE (--attn mae, or mae in --attn-set or --methods)";
+  if (sampling_flags.count(name) && value("generate") == "0")
+    return "it shapes the sample of --generate N, and --generate is 0 (no sample)";
   // compare: --methods sets each run's attention and --out its folder.
-  if (name == "attn" || name == "ckpt") return value("methods").empty();
-  if (name == "tf32") return value("device") != "cpu";
-  if (name == "length-penalty") return value("beam") != "1";
-  if (name == "ckpt-every") return !value("ckpt").empty();
-  if (name == "resume" || name == "eval-only") return value(name) == "true";
-  if (name == "overwrite") return value(name) == "true" && value("resume") != "true" && value("eval-only") != "true";
-  if (name == "image-size" || name == "channels") return !value("images").empty();
-  if (name == "valid-images") return value("images").empty();
+  if ((name == "attn" || name == "attn-opt" || name == "ckpt") && !value("methods").empty())
+    return "--methods sets the attention, --out the folder";
+  if (name == "tf32" && value("device") == "cpu") return "it is a CUDA setting, and --device is cpu";
+  if (name == "length-penalty" && value("beam") == "1") return "it scores beam search, and --beam 1 decodes greedily";
+  if (name == "ckpt-every" && value("ckpt").empty()) return "there is no --ckpt folder to write checkpoints to";
+  if (name == "overwrite" && value("resume") == "true") return "--resume continues the run that it would replace";
+  if (name == "overwrite" && value("eval-only") == "true") return "--eval-only writes no run";
+  if ((name == "image-size" || name == "channels") && value("images").empty())
+    return "it sets how --images folders are read, and the IDX files of --data have their own";
+  if (name == "valid-images" && !value("images").empty())
+    return "--images splits its validation images off by itself (10%)";
+  if (name == "data" && !value("images").empty()) return "--images is read instead";
+  return "";
+}
+
+// Whether `--name` is shown in the config table: it applies, and a text flag
+// is set, a switch on, --generate above 0.
+bool applies(const std::string& name, const FlagValues& values) {
+  const std::string value = value_of(values, name);
+  if (value.empty() || !ignored_because(name, values).empty()) return false;
+  if (name == "generate") return value != "0";
+  if (name == "resume" || name == "eval-only" || name == "overwrite") return value == "true";
   return true;
 }
 
 }  // namespace
 
+void check_flags_apply(const Flags& flags) {
+  const std::vector<std::pair<std::string, std::string>> all = flags.values();
+  const FlagValues values(all.begin(), all.end());
+  for (const auto& [name, value] : all) {
+    const std::string reason = flags.was_set(name) ? ignored_because(name, values) : "";
+    if (!reason.empty()) throw UsageError("--" + name + " does not apply to " + flags.program() + ": " + reason);
+  }
+}
+
 std::string run_config_table(const Flags& flags, const TrainOptions& options) {
   const std::vector<std::pair<std::string, std::string>> all = flags.values();
-  const std::map<std::string, std::string> values(all.begin(), all.end());
+  const FlagValues values(all.begin(), all.end());
   std::vector<std::pair<std::string, std::string>> rows;
   for (const auto& row : all)
     if (applies(row.first, values)) rows.push_back(row);

@@ -114,6 +114,13 @@ Device training_device(const std::string& name);
 // Checks --device (training_device).
 std::string run_config_table(const Flags& flags, const TrainOptions& options);
 
+// Throws UsageError for a flag given on the command line that has no effect
+// on this run, by the rule that leaves it out of run_config_table, saying
+// why: `--bcd-f 50` with --attn mha, `--temperature 0.5` without --generate,
+// `--image-size 32` with IDX data, `--tf32` on the CPU, `--overwrite` with
+// --resume, compare's `--attn`, ...
+void check_flags_apply(const Flags& flags);
+
 using Metrics = std::vector<std::pair<std::string, double>>;
 
 // What one training step's forward produced.

@@ -76,7 +76,7 @@ class VitTask : public ModelTask<ViT> {
     from_data.channels = images.size(1);
     from_data.classes = int64_t(data_.train.class_names.size());
     if (source.from_checkpoint) check_data_fits(from_data);
-    else config_ = from_data, config_.patch_size = vit.patch, config_.decoder_layers = 0;
+    else config_ = from_data, config_.patch_size = vit.patch;
     build_model();  // checks that the patch size divides the image size
     const int64_t patches_per_side = config_.image_size / config_.patch_size;
     check_product("--batch", vit.batch, "patches per image", patches_per_side * patches_per_side, kMaxBatchTokens,
@@ -244,7 +244,7 @@ void settle_vit_options(const Flags& flags, VitOptions& vit, const TrainOptions&
 RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, const TrainOptions& options) {
   HEADROOM_CHECK(vit.batch > 0 && vit.patch > 0, "[train_vit] --batch and --patch must be positive");
   if (vit.images.empty()) check_data_exists("--data", vit.data, "vit");
-  const ModelSource source = model_source(model_options, options);
+  const ModelSource source = model_source(model_options, options, ModelStacks::encoder);
   if (source.from_checkpoint && model_options.given("patch") && vit.patch != source.config.patch_size)
     throw UsageError("--patch " + std::to_string(vit.patch) + " contradicts the checkpoint: its model.patch_size is " +
                      std::to_string(source.config.patch_size) + "; drop the flag");

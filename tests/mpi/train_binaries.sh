@@ -56,10 +56,11 @@ resumed() {
 head -n 300 "$root/README.md" > "$tmp/text.txt"
 tiny=(--dim 32 --heads 4 --layers 1 --ffn 64 --warmup 2 --steps 10 --eval-every 5 --ckpt-every 5 --threads 1)
 lm=(--data "$tmp/text.txt" --context 16 --batch 6 --eval-tokens 256 --dropout 0.1 "${tiny[@]}")
-for attn in mha moa moh mae; do
-  one_and_two "lm-$attn" train_lm "${lm[@]}" --attn "$attn" --bcd-f 3 --bcd-g 2
+for attn in mha moa moh; do
+  one_and_two "lm-$attn" train_lm "${lm[@]}" --attn "$attn"
 done
-args=("${lm[@]}" --attn moa --bcd-f 3 --bcd-g 2)
+one_and_two "lm-mae" train_lm "${lm[@]}" --attn mae --bcd-f 3 --bcd-g 2
+args=("${lm[@]}" --attn moa)
 resumed "$tmp/lm-moa-2" "$tmp/two-to-one" "$bin/train_lm" "${args[@]}"
 same_losses "lm-moa, 2-rank checkpoint resumed in 1 process" "$tmp/lm-moa-1" "$tmp/two-to-one" resumed
 resumed "$tmp/lm-moa-1" "$tmp/one-to-two" "${mpirun[@]}" "$bin/train_lm" "${args[@]}"
