@@ -55,14 +55,20 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
         x.grad().defined() ? x.grad().to_vector<double>() : std::vector<double>(x.numel(), 0.0);
     std::vector<int64_t> offsets = element_offsets(x);
     for (size_t i = 0; i < offsets.size(); ++i) {
-      // Perturb the element in the input's own storage (views included).
+      // Perturb the element in the input's own storage (views included),
+      // bumping its version as every in-place write does, so that what was
+      // derived from the old values (MoH's kept W_o copy) is derived again.
       double& value = static_cast<double*>(x.impl_shared()->storage->data)[offsets[i]];
       const double saved = value;
-      value = saved + eps;
+      auto set = [&](double v) {
+        value = v;
+        x.bump_version();
+      };
+      set(saved + eps);
       double plus = project(fn(inputs), r);
-      value = saved - eps;
+      set(saved - eps);
       double minus = project(fn(inputs), r);
-      value = saved;
+      set(saved);
       double numeric = (plus - minus) / (2 * eps);
       double error = std::abs(analytic[i] - numeric);
       result.max_abs_error = std::max(result.max_abs_error, error);

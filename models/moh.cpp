@@ -224,6 +224,16 @@ Tensor MoHAttention::query_rows(const Tensor& x, const Tensor& q, const RoutePla
   return rows;
 }
 
+Tensor MoHAttention::out_weights_by_head() {
+  const Tensor& w = o_proj->weight;  // [d, h·d_h]
+  auto by_head = [&] { return w.t().reshape({config.heads, head_dim, config.dim}); };
+  if (autograd::grad_enabled()) return by_head();  // training: the copy is part of the graph
+  const bool fresh =
+      w_out_by_head_.source.defined() && w_out_by_head_.source.same_storage(w) && w_out_by_head_.version == w.version();
+  if (!fresh) w_out_by_head_ = {w.detach(), w.version(), by_head().contiguous()};
+  return w_out_by_head_.value;
+}
+
 AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   const bool qnorm = moh_config.router == MoHConfig::Router::qnorm;
   if (qnorm && moh_config.ste == MoHConfig::Ste::all) return forward_dense_reference(in);  // every H_i has a gradient
@@ -247,7 +257,7 @@ AttentionOutput MoHAttention::forward(const AttentionInput& in) {
   Tensor heads = routed_attention(rows, repeat_kv(kv.k, h), repeat_kv(kv.v, h), plan, seq, opts);  // [N*k, d_h]
   // Head j's share of the output is g_j · H_j · W_o[:, j·d_h : (j+1)·d_h]ᵀ: W_oᵀ viewed as [h, d_h, d],
   // each token's gates in slot order [N, k] applied as its rows are summed.
-  Tensor w_out = o_proj->weight.t().reshape({h, head_dim, config.dim});
+  Tensor w_out = out_weights_by_head();
   Tensor slot_gates = index_select(routing.gates.reshape({n * h}), 0, slot_pairs).view(routing.heads.shape());
   Tensor out = segment_matmul_scatter(heads, w_out, plan, slot_gates);  // [N, d]
   if (o_proj->bias.defined()) out = out + o_proj->bias;                 // not gated

@@ -126,6 +126,17 @@ class MoHAttention : public MultiHeadAttention {
   Tensor query_rows(const Tensor& x, const Tensor& q, const RoutePlan& plan, const Tensor& token_head_rows) const;
   Tensor load_balance(const Routing& routing) const;
   AttentionOutput finish(const Routing& routing, const Tensor& out) const;
+  // W_oᵀ by head, [h, d_h, d], the layout segment_matmul_scatter takes.
+  // Without autograd (evaluation, decoding) the copy is kept until W_o changes
+  // (another storage or version): a one-token step would otherwise spend more
+  // copying W_o than computing with it (docs/performance.md, "Decoding").
+  Tensor out_weights_by_head();
+  struct CachedWeight {
+    Tensor source;  // shares the storage the copy was made from
+    uint64_t version = 0;
+    Tensor value;
+  };
+  CachedWeight w_out_by_head_;
   int64_t aux_peers_ = 1;  // routed MoH layers in the model: the aux loss is beta / aux_peers_ · L_b
 };
 

@@ -283,6 +283,29 @@ TEST_CASE("MoH decoding with a KV cache equals the full forward [checklist 7]") 
   }
 }
 
+TEST_CASE("MoH without autograd keeps W_o by head until W_o changes: in place, by load, or in another dtype") {
+  Generator gen(6);
+  MoHAttention m(make_config(16, 4, 1, 2, Router::learned), gen);
+  spread_routers(m, gen);
+  m.eval();
+  Tensor x = Tensor::randn({2, 5, 16}, gen);
+  AttentionInput in{x, Tensor(), true};
+  auto kept = [&] {  // the no-grad path, which keeps the copy, against the dense reference
+    NoGradGuard no_grad;
+    Tensor out = m.forward(in).out;
+    CHECK_CLOSE(out, m.forward_dense_reference(in).out, 1e-5, 1e-5);
+    return out;
+  };
+  const Tensor first = kept();
+  m.o_proj->weight.detach().copy_(m.o_proj->weight.detach() * 2);  // an optimizer step writes in place too
+  CHECK_FALSE(testing::compare(kept(), first, 1e-3, 1e-3).empty());
+  m.load_state_dict(MoHAttention(make_config(16, 4, 1, 2, Router::learned), gen).state_dict());
+  kept();
+  m.to(DType::f64);  // a new storage
+  in.x = x.to(DType::f64);
+  kept();
+}
+
 TEST_CASE("MoH routed path equals the dense reference: output, aux loss and every gradient") {
   Generator gen(5);
   struct Case {
