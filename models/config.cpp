@@ -12,7 +12,6 @@
 #include "headroom/models/mha.h"
 #include "headroom/models/moa.h"
 #include "headroom/models/moh.h"
-#include "headroom/models/transformer.h"
 
 namespace headroom {
 
@@ -449,9 +448,27 @@ void write_mae(StringMap& o, const MAEConfig& m) {
 
 }  // namespace
 
+namespace {
+// RoPE rotates self-attention only: a model-wide rope=true builds
+// cross-attention without it (so its MACs count no rotated queries), and a
+// cross-attention override asking for it is refused rather than ignored.
+void drop_rope(const AttentionSpec& spec, int64_t layer, AttentionChoice& choice) {
+  for (const AttentionChoice* own :
+       {spec.roles.count(AttentionRole::cross) ? &spec.roles.at(AttentionRole::cross) : nullptr,
+        spec.at.count({AttentionRole::cross, layer}) ? &spec.at.at({AttentionRole::cross, layer}) : nullptr})
+    HEADROOM_CHECK(!own || !own->options.count("rope") || own->options.at("rope") == "false", "[make_attention] layer ",
+                   layer, " cross: rope=", own ? own->options.at("rope") : "",
+                   " asked for cross-attention, which is not "
+                   "rotated (RoPE applies to self-attention only)");
+  choice.options.erase("rope");
+  choice.options.erase("rope_theta");
+}
+}  // namespace
+
 std::shared_ptr<Attention> make_attention(const ModelConfig& config, int64_t layer, AttentionRole role,
                                           Generator& gen) {
-  const AttentionChoice choice = config.attention.resolve(layer, role);
+  AttentionChoice choice = config.attention.resolve(layer, role);
+  if (role == AttentionRole::cross) drop_rope(config.attention, layer, choice);
   const std::string& type = choice.type;
   OptionReader options("make_attention " + type + " layer " + std::to_string(layer) + " " + role_name(role),
                        choice.options);

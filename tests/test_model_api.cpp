@@ -201,6 +201,24 @@ TEST_CASE("a mixed-method EncoderDecoder trains, saves and rebuilds from its che
   CHECK_CLOSE(seq2seq_logits(restored), seq2seq_logits(model), 0, 0);
 }
 
+TEST_CASE(
+    "RoPE rotates self-attention only: cross-attention layers are built without it, and asking for it is refused") {
+  ModelConfig c = small_config();
+  c.encoder_layers = 1, c.decoder_layers = 1;
+  c.attention = {"moh", {{"rope", "true"}, {"routed_k", "2"}}};
+  EncoderDecoder model(c);
+  const TransformerBlock& block = *model.decoder->block(0);
+  CHECK(attention_choice(*block.self_attn).options.at("rope") == "true");
+  CHECK(attention_choice(*block.cross_attn).options.at("rope") == "false");
+  // The cross layer's MACs count the queries of its active heads only, as its forward computes them.
+  ModelConfig unrotated = c;
+  unrotated.attention.options.erase("rope");
+  EncoderDecoder plain(unrotated);
+  CHECK(block.cross_attn->macs(6, 5, false) == plain.decoder->block(0)->cross_attn->macs(6, 5, false));
+  c.attention.roles[AttentionRole::cross] = {"", {{"rope", "true"}}};
+  CHECK_THROWS_HEADROOM(EncoderDecoder{c}, "layer 0 cross: rope=true asked for cross-attention, which is not rotated");
+}
+
 TEST_CASE("a mixed-method DecoderLM trains, saves and rebuilds from its checkpoint's metadata alone") {
   Generator gen(6);
   ModelConfig c = small_config();
