@@ -129,6 +129,17 @@ Tensor product(const Tensor& a, const Tensor& b, const Tensor& bias) {
   return shape == out.shape() ? out : make_view(out, shape, contiguous_strides(shape), 0);
 }
 
+// linear's forward: x [..., in] · weight_t [in, out] (+ bias) as one GEMM over
+// x's rows, without matmul's 1-D promotions; a strided or 1-D x goes through product.
+Tensor rows_product(const Tensor& x, const Tensor& weight_t, const Tensor& bias) {
+  if (x.dim() < 2 || !x.is_contiguous()) return product(x, weight_t, bias);
+  const int64_t in = x.size(-1);
+  Tensor out = batched_product(make_view(x, {leading_rows(x.shape()), in}, {in, 1}, x.offset()), weight_t, bias);
+  Shape shape = x.shape();
+  shape.back() = weight_t.size(1);
+  return make_view(out, shape, contiguous_strides(shape), 0);  // [..., out]
+}
+
 // One floating dtype, one device for all inputs.
 void check_operands(const char* op, const std::vector<Tensor>& inputs) {
   check_floating(op, inputs[0]);
@@ -216,7 +227,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
   // weightᵀ as a view: [in, out] with strides swapped, read by cblas with CblasTrans.
   Tensor weight_t = make_view(weight, {in, out_features}, {weight.stride(1), weight.stride(0)}, weight.offset());
-  Tensor out = product(x, weight_t, bias);  // [..., out]
+  Tensor out = rows_product(x, weight_t, bias);  // [..., out]
   // dx = g · W, dW = gᵀ · x, db = Σ_rows g
   autograd::record(out, "linear", {x, weight, bias}, {x, weight},
                    [](const autograd::Saved& s, const Tensor& g, autograd::Grads& grads) {
