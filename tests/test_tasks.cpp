@@ -30,6 +30,15 @@ ModelOptions tiny_model(const std::string& attn, const std::string& options = ""
 
 bool exists(const std::string& path) { return std::filesystem::exists(path); }
 
+// 40 numbered lines of text in dir, and train_lm's options to learn them at `context`.
+LmOptions numbered_lines(const TempDir& dir, int64_t context) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "A line of text to train on, number " + std::to_string(i) + "\n";
+  LmOptions lm;
+  lm.data = dir.write("text.txt", text), lm.context = context, lm.batch = 4, lm.eval_tokens = 256;
+  return lm;
+}
+
 }  // namespace
 
 TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run directory") {
@@ -69,11 +78,7 @@ struct ModelCommandLine {
 
 TEST_CASE("run_lm rebuilds the model from the checkpoint for --eval-only and --generate with no model flags") {
   TempDir dir("task_lm_eval_only");
-  std::string text;
-  for (int i = 0; i < 40; ++i) text += "A line of text to train on, number " + std::to_string(i) + "\n";
-  dir.write("text.txt", text);
-  LmOptions lm;
-  lm.data = dir.file("text.txt"), lm.context = 16, lm.batch = 4, lm.eval_tokens = 256;
+  LmOptions lm = numbered_lines(dir, 16);
   RunSummary trained = run_lm(lm, tiny_model("moh", "shared_heads=1,routed_k=2"), few_steps(dir.file("run")));
   TrainOptions eval_only = few_steps(dir.file("run"));
   eval_only.eval_only = true;
@@ -105,12 +110,7 @@ TEST_CASE("run_lm rebuilds the model from the checkpoint for --eval-only and --g
 
 TEST_CASE("--eval-only and --resume take the context from the checkpoint; a different one is refused or noted") {
   TempDir dir("task_lm_context");
-  std::string text;
-  for (int i = 0; i < 40; ++i) text += "Some words to train a model on, line " + std::to_string(i) + "\n";
-  dir.write("text.txt", text);
-  LmOptions trained_at_8;
-  trained_at_8.data = dir.file("text.txt"), trained_at_8.context = 8, trained_at_8.batch = 4;
-  trained_at_8.eval_tokens = 256;
+  const LmOptions trained_at_8 = numbered_lines(dir, 8);
   const RunSummary trained = run_lm(trained_at_8, tiny_model("mha"), few_steps(dir.file("run")));
   TrainOptions eval_only = few_steps(dir.file("run")), resume = few_steps(dir.file("run"));
   eval_only.eval_only = true, resume.resume = true, resume.steps = 6;
