@@ -280,6 +280,33 @@ TEST_CASE("ModelOptions refuse --attn-set keys that name a layer or role the mod
   CHECK_THROWS_HEADROOM(parse_options("kv_heads="), "--attn-opt gives the key 'kv_heads' no value");
 }
 
+TEST_CASE("parse_byte_size reads a decimal number of bytes, KiB, MiB, GiB or TiB") {
+  CHECK(parse_byte_size("4GiB") == uint64_t(4) << 30);
+  CHECK(parse_byte_size("1.5GiB") == uint64_t(3) << 29);
+  CHECK(parse_byte_size("512MiB") == uint64_t(512) << 20);
+  CHECK(parse_byte_size("1000000") == 1000000u);
+  CHECK(parse_byte_size("64B") == 64u);
+  for (const char* bad :
+       {"", "GiB", "4XB", "4GB", "4 GiB", " 4GiB", "0", "0.1B", "-1GiB", "0x10", "1e3KiB", "2000000TiB"})
+    CHECK_MESSAGE(!parse_byte_size(bad), std::string(bad));
+}
+
+TEST_CASE("ModelOptions refuse a size option past its limit, naming the flag that set it") {
+  ModelOptions m;
+  m.attn_opt = "head_dim=10000000";
+  CHECK_THROWS_HEADROOM(m.config(ModelStacks::decoder),
+                        "--attn-opt head_dim=10000000: head_dim expects an integer in [0, 16384]");
+  m.attn = "moa", m.attn_opt = "experts=1000000";
+  CHECK_THROWS_HEADROOM(m.config(ModelStacks::decoder), "experts expects an integer in [1, 1024]");
+  m.attn_opt = "k=x";
+  CHECK_THROWS_HEADROOM(m.config(ModelStacks::decoder), "k expects an integer in [1, 1024]");
+  m.attn = "mha", m.attn_opt = "", m.attn_set = "layer.1.option.kv_heads=2000";
+  CHECK_THROWS_HEADROOM(m.config(ModelStacks::decoder),
+                        "--attn-set kv_heads=2000: kv_heads expects an integer in [0, 1024]");
+  m.attn_set = "layer.1.type=moh,layer.1.option.shared_heads=-1";  // -1: the method's default
+  CHECK_NOTHROW(m.config(ModelStacks::decoder));
+}
+
 TEST_CASE("nearest_name offers a known name only when it is a likely typo") {
   const std::vector<std::string> known{"shared_heads", "routed_k", "kv_heads"};
   CHECK(nearest_name("shared_head", known) == "shared_heads");

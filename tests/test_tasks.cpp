@@ -237,6 +237,51 @@ TEST_CASE("compare's method presets stay within 2% of MHA's parameters at the bi
   CHECK_THROWS_AS(method_preset("dense", ModelOptions{}), UsageError);
 }
 
+TEST_CASE("estimate_memory counts every method's parameters, and its total lies above the measured peak") {
+  Generator gen(1);
+  const std::vector<std::pair<std::string, std::string>> methods{{"mha", ""},
+                                                                 {"mha", "kv_heads=2,head_dim=6"},
+                                                                 {"moa", "experts=6,k=2,head_dim=12"},
+                                                                 {"moh", "shared_heads=1,routed_k=2"},
+                                                                 {"mae", "gate_hidden=8"}};
+  for (const auto& [attn, options] : methods) {
+    CAPTURE(attn);
+    CAPTURE(options);
+    ModelOptions m = tiny_model(attn, options);
+    m.layers = 2;
+    ModelConfig lm = m.config(ModelStacks::decoder), mt = m.config(ModelStacks::encoder_decoder);
+    ModelConfig vit = m.config(ModelStacks::encoder);
+    lm.vocab = mt.vocab = 259, lm.max_len = mt.max_len = 16;
+    vit.image_size = 8, vit.patch_size = 4, vit.channels = 3, vit.classes = 5;
+    CHECK(double(estimate_memory(lm, 2, 16).parameters) ==
+          doctest::Approx(double(DecoderLM(lm, gen).num_parameters())).epsilon(0.01));
+    CHECK(double(estimate_memory(mt, 2, 16).parameters) ==
+          doctest::Approx(double(EncoderDecoder(mt, gen).num_parameters())).epsilon(0.01));
+    CHECK(double(estimate_memory(vit, 2, 5).parameters) ==
+          doctest::Approx(double(ViT(vit, gen).num_parameters())).epsilon(0.01));
+  }
+  const MemoryEstimate e = estimate_memory(ModelOptions{}.config(ModelStacks::decoder), 4, 32);
+  CHECK(e.weights == 4 * double(e.parameters));
+  CHECK(e.optimizer == 3 * e.weights);  // gradients and AdamW's two moments
+  // Against a training run's measured peak: above it (so a refusal is never of a run that fits), within 2.5 times.
+  TempDir dir("task_memory");
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "line " + std::to_string(i) + " of a text to estimate the memory of\n";
+  LmOptions lm;
+  lm.data = dir.write("text.txt", text), lm.context = 64, lm.batch = 8, lm.eval_tokens = 64;
+  for (const std::string attn : {"mha", "moa"}) {
+    CAPTURE(attn);
+    ModelOptions m = tiny_model(attn);
+    m.dim = 64, m.ffn = 128, m.layers = 2;
+    ModelConfig c = m.config(ModelStacks::decoder);
+    c.vocab = 259, c.max_len = lm.context;
+    const double estimated = estimate_memory(c, lm.batch, lm.context).total();
+    const double peak = double(run_lm(lm, m, few_steps("")).peak_bytes);
+    CHECK(estimated > peak);
+    CHECK(estimated < 2.5 * peak);
+  }
+}
+
 TEST_CASE("the tasks refuse batches whose sizes multiply past the limit before allocating them") {
   // Called directly, past the flags' ranges: std::bad_alloc from train_lm and a
   // division by zero (SIGFPE) in train_vit's steps per epoch before the bounds.

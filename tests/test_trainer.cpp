@@ -494,6 +494,19 @@ TEST_CASE("check_flags_apply refuses a flag given that does not apply to the run
   CHECK_NOTHROW(check({"--steps", "10", "--attn", "moh"}));
 }
 
+TEST_CASE("start_run refuses a run whose memory estimate exceeds --max-memory, with the estimate") {
+  TrainOptions o;
+  o.quiet = true, o.max_memory = "1MiB";
+  MemoryEstimate e;
+  e.weights = 1 << 20, e.optimizer = 3 << 20, e.activations = 4 << 20;
+  CHECK_THROWS_HEADROOM(
+      start_run(o, e),
+      "the run needs about 8.0 MiB (weights 1.0 MiB, gradients and AdamW moments 3.0 MiB, activations "
+      "4.0 MiB; an estimate), more than the 1.0 MiB of --max-memory 1MiB");
+  o.max_memory = "8MiB";
+  CHECK_NOTHROW(start_run(o, e));
+}
+
 TEST_CASE("run_config_table lists only the flags that apply to the run") {
   auto table = [](std::vector<std::string> args) {
     Flags flags("test", "train and model flags");
@@ -526,4 +539,8 @@ TEST_CASE("run_config_table lists only the flags that apply to the run") {
   const std::string compare = table({"--methods", "mha,mae", "--ckpt", "runs/lm"});
   for (const char* absent : {"| attn |", "| ckpt |"}) CHECK_MESSAGE(compare.find(absent) == std::string::npos, absent);
   CHECK(compare.find("| bcd-f | 100 |") != std::string::npos);
+  Flags flags("test", "no flags");
+  CHECK(
+      run_config_table(flags, TrainOptions{}, {{"memory estimate", "8.0 MiB"}}).find("| memory estimate | 8.0 MiB |") !=
+      std::string::npos);
 }

@@ -97,6 +97,19 @@ std::optional<int64_t> parse_int64(const std::string& text) { return whole_integ
 
 std::optional<uint64_t> parse_uint64(const std::string& text) { return whole_integer<uint64_t>(text); }
 
+std::optional<uint64_t> parse_byte_size(const std::string& text) {
+  const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};  // B and bytes alike
+  const size_t split = text.find_first_not_of("0123456789.");
+  const std::string unit = split == std::string::npos ? "" : text.substr(split);
+  const std::optional<double> number = parse_real(text.substr(0, split));
+  const auto found = std::find(std::begin(units), std::end(units), unit);
+  if (!number || (!unit.empty() && found == std::end(units))) return std::nullopt;
+  const int power = unit.empty() ? 0 : int(found - std::begin(units));
+  const double bytes = std::ldexp(*number, 10 * power);
+  if (!(bytes >= 1 && bytes <= std::ldexp(1.0, 60))) return std::nullopt;
+  return uint64_t(bytes);
+}
+
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
   std::stringstream in(text);

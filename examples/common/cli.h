@@ -45,6 +45,11 @@ struct RealRange {
 std::optional<int64_t> parse_int64(const std::string& text);
 std::optional<uint64_t> parse_uint64(const std::string& text);  // digits only
 
+// A size in bytes: a decimal number, then B, KiB, MiB, GiB or TiB (or
+// nothing: bytes), as "4GiB", "1.5GiB", "512MiB" or "1000000"; nullopt for
+// another text, a size below 1 byte or one past 2^60.
+std::optional<uint64_t> parse_byte_size(const std::string& text);
+
 // The non-empty items of a comma-separated list: "a,,b" -> {a, b}.
 std::vector<std::string> split_list(const std::string& text);
 

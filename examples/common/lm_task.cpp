@@ -16,19 +16,25 @@ namespace headroom::examples {
 
 namespace {
 
+// The model config of an LM run, known before its text is read: the byte
+// vocabulary and, for a new model, the context it is trained at (generation
+// slides past it).
+ModelConfig lm_config(const ModelSource& source, const LmOptions& lm) {
+  ModelConfig c = source.config;
+  if (!source.from_checkpoint) c.vocab = Tokenizer().vocab_size(), c.max_len = lm.context;
+  return c;
+}
+
 class LmTask : public ModelTask<DecoderLM> {
  public:
-  LmTask(const LmOptions& lm, const ModelSource& source, uint64_t seed) : ModelTask(source.config, seed), lm_(lm) {
+  LmTask(const LmOptions& lm, const ModelSource& source, uint64_t seed)
+      : ModelTask(lm_config(source, lm), seed), lm_(lm) {
     TextSplit split = split_text(read_text_file(lm.data), lm.valid_fraction);
     train_ids_ = tokenizer_.encode(split.train);
     valid_ids_ = tokenizer_.encode(split.valid);
     HEADROOM_CHECK(int64_t(train_ids_.size()) > lm.context + 1 && int64_t(valid_ids_.size()) > lm.context + 1,
                    "[train_lm] ", lm.data, " is too short for --context ", lm.context, ": ", train_ids_.size(),
                    " training and ", valid_ids_.size(), " validation bytes");
-    if (!source.from_checkpoint) {
-      config_.vocab = tokenizer_.vocab_size();
-      config_.max_len = lm.context;  // the context it is trained at: generation slides past it
-    }
     build_model();
   }
 
@@ -167,7 +173,9 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
   check_product("--batch", lm.batch, "--context", lm.context, kMaxBatchTokens, "tokens per batch");
   if (lm.generate > 0 && lm.prompt.empty()) throw UsageError("--generate needs a non-empty --prompt");
   check_data_exists("--data", lm.data, "lm");
-  LmTask task(lm, model_source(model_options, o, ModelStacks::decoder), o.seed);
+  const ModelSource source = model_source(model_options, o, ModelStacks::decoder);
+  start_run(o, estimate_memory(lm_config(source, lm), lm.batch, lm.context));
+  LmTask task(lm, source, o.seed);
   const double macs_per_token = double(task.typed_model().forward_macs(lm.context)) / double(lm.context);
   std::printf("%s\n", model_summary(summarize("lm", task.model(), task.config(), o, {}, macs_per_token),
                                     task.typed_model().describe(lm.context))

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -87,8 +88,38 @@ void check_attention_keys(const ModelConfig& c, const std::string& attn_set) {
   }
 }
 
+// The size options of the methods (models/config.h) with the values the
+// binaries accept: the flags' limits, so that no option alone sizes a layer
+// past what --dim, --heads and --ffn could.
+struct SizeOption {
+  const char* name;
+  int64_t min, max;
+};
+constexpr SizeOption kSizeOptions[] = {
+    {"heads", 1, kMaxHeads},     {"head_dim", 0, kMaxDim},  {"kv_heads", 0, kMaxHeads}, {"shared_heads", -1, kMaxHeads},
+    {"routed_k", -1, kMaxHeads}, {"experts", 1, kMaxHeads}, {"k", 1, kMaxHeads},        {"sample_topk", 0, kMaxHeads},
+    {"gate_hidden", 0, kMaxFfn},
+};
+
+// Refuses a size option of `choice` outside its range, naming the flag that
+// set it: --attn-opt when it is the base option (`base`), else --attn-set.
+void check_option_sizes(const AttentionChoice& choice, const StringMap& base) {
+  for (const SizeOption& size : kSizeOptions) {
+    auto found = choice.options.find(size.name);
+    if (found == choice.options.end()) continue;
+    const std::optional<int64_t> value = parse_int64(found->second);
+    if (value && *value >= size.min && *value <= size.max) continue;
+    auto in_base = base.find(size.name);
+    const bool from_base = in_base != base.end() && in_base->second == found->second;
+    throw UsageError(std::string(from_base ? "--attn-opt " : "--attn-set ") + size.name + "=" + found->second + ": " +
+                     size.name + " expects an integer in [" + std::to_string(size.min) + ", " +
+                     std::to_string(size.max) + "]");
+  }
+}
+
 // Checks every method and option name the layers of `c` resolve to, before
-// any data is read: a misspelt one is refused with the nearest known name.
+// any data is read: a misspelt one is refused with the nearest known name,
+// a size out of its range with the range.
 void check_attention_names(const ModelConfig& c, const ModelOptions& m) {
   std::map<std::string, std::vector<std::string>> names_of;  // per type, each probed once
   for (const auto& [role, layers] : model_roles(c))
@@ -102,6 +133,7 @@ void check_attention_names(const ModelConfig& c, const ModelOptions& m) {
         throw UsageError(flag + " " + (flag == "--attn-opt" ? m.attn_opt : m.attn_set) + ": " + choice.type +
                          " attention has no option '" + key + "'" + known_names_hint(key, names));
       }
+      check_option_sizes(choice, c.attention.options);
     }
 }
 
@@ -149,7 +181,82 @@ void check_flags_agree(const ModelOptions& m, const ModelConfig& saved, const st
   }
 }
 
+// A size option of `choice`; `fallback` when it is absent or not positive (0 and -1 mean a default).
+double size_option(const AttentionChoice& choice, const std::string& key, int64_t fallback) {
+  auto found = choice.options.find(key);
+  const std::optional<int64_t> value = found == choice.options.end() ? std::nullopt : parse_int64(found->second);
+  return double(value && *value > 0 ? *value : fallback);
+}
+
+// Parameters, and floats saved per token for the backward pass (estimate_memory).
+struct Footprint {
+  double weights = 0, floats_per_token = 0;
+  Footprint& operator+=(const Footprint& other) {
+    weights += other.weights, floats_per_token += other.floats_per_token;
+    return *this;
+  }
+};
+
+Footprint attention_footprint(const AttentionChoice& choice, const ModelConfig& c) {
+  const double d = double(c.dim);
+  if (choice.type == "moa") {
+    const double experts = size_option(choice, "experts", 8), k = size_option(choice, "k", 2);
+    const double width = size_option(choice, "head_dim", c.dim / c.heads);
+    // E query and output experts, one shared K and V, the router (its logits, probabilities and gates per token).
+    return {2 * experts * d * width + 2 * d * width + d * experts, 4 * k * width + 4 * width + 3 * experts};
+  }
+  const int64_t heads = int64_t(size_option(choice, "heads", c.heads));
+  const double width = size_option(choice, "head_dim", c.dim / heads);
+  const double w = double(heads) * width, w_kv = size_option(choice, "kv_heads", heads) * width;
+  Footprint f{2 * d * w + 2 * d * w_kv + w + 2 * w_kv + d, 4 * (w + w_kv) + double(heads)};
+  if (choice.type == "moh") f.weights += d * double(heads + 2);  // the routers of routed and shared heads, their mix
+  if (choice.type == "mae") {                                    // the gate MLP
+    const double hidden = size_option(choice, "gate_hidden", c.dim);
+    f.weights += (d + 1) * hidden + (hidden + 1) * double(heads);
+  }
+  return f;
+}
+
+// `layers` blocks of self-attention in `role`, each with a cross-attention when `cross`.
+Footprint stack_footprint(const ModelConfig& c, AttentionRole role, int64_t layers, bool cross) {
+  const double d = double(c.dim), ffn = double(c.ffn_hidden);
+  Footprint f;
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    f += attention_footprint(c.attention.resolve(layer, role), c);
+    if (cross) f += attention_footprint(c.attention.resolve(layer, AttentionRole::cross), c);
+    f += {2 * d * ffn + ffn + d + (cross ? 6 : 4) * d, (cross ? 8 : 6) * d + 3 * ffn};  // MLP and norms
+  }
+  return f;
+}
+
+// Token embeddings (learned positions too), the final norms and the output layer.
+Footprint edge_footprint(const ModelConfig& c, int64_t tokens) {
+  const double d = double(c.dim), vocab = double(c.vocab);
+  const double positions = c.positions == PositionKind::learned ? double(c.max_len) * d : 0;
+  Footprint f;
+  if (c.decoder_layers > 0) f += {vocab * d * (c.tie_embeddings ? 1 : 2) + positions + 2 * d, 4 * d + 2 * vocab};
+  if (c.encoder_layers > 0 && c.decoder_layers > 0) f += {double(c.source_vocab()) * d + positions + 2 * d, 4 * d};
+  if (c.decoder_layers == 0) {  // a ViT: patch embedding, class token, positions, head
+    const double patch = double(c.channels * c.patch_size * c.patch_size), classes = double(c.classes);
+    f += {(patch + 1 + double(tokens) + 3) * d + classes * (d + 1), patch + 4 * d};
+  }
+  return f;
+}
+
 }  // namespace
+
+MemoryEstimate estimate_memory(const ModelConfig& c, int64_t rows, int64_t tokens) {
+  Footprint f = edge_footprint(c, tokens);
+  if (c.encoder_layers > 0) f += stack_footprint(c, AttentionRole::encoder_self, c.encoder_layers, false);
+  if (c.decoder_layers > 0)
+    f += stack_footprint(c, AttentionRole::decoder_self, c.decoder_layers, c.encoder_layers > 0);
+  MemoryEstimate e;
+  e.parameters = int64_t(f.weights);
+  e.weights = 4 * f.weights;
+  e.optimizer = 3 * e.weights;
+  e.activations = 4 * double(rows) * double(tokens) * f.floats_per_token;
+  return e;
+}
 
 ModelConfig ModelOptions::config(ModelStacks stacks) const {
   HEADROOM_CHECK(dim > 0 && heads > 0 && layers > 0 && ffn > 0 && dim % heads == 0,

@@ -70,6 +70,29 @@ struct ModelSource {
 // UsageError naming the flag, the checkpoint's field and both values.
 ModelSource model_source(const ModelOptions& options, const TrainOptions& train, ModelStacks stacks);
 
+// The memory of a training step of `rows` sequences (or images) of `tokens`
+// positions each (an LM's context, a translation model's source and target
+// length, a ViT's patches and class token) with `config`'s model, in f32,
+// from the sizes alone, before anything is allocated:
+//   weights      the parameters of the embeddings, every block (its attention
+//                by its method's size options, its MLP and norms) and the head
+//   optimizer    3 × weights: the gradients and AdamW's two moments
+//   activations  4 bytes × rows · tokens · per-token floats: per block what
+//                autograd saves, 6 d (residual stream, norms' inputs and
+//                outputs, dropout masks) + 3 ffn (the MLP's hidden layer
+//                before and after its activation, its mask) + 4 (w + w_kv)
+//                (q of width w = heads · head_dim, k and v of w_kv, their
+//                head-major copies, the attention output and its merge; MoA:
+//                k experts' queries and outputs and one shared K and V) +
+//                heads (one log-sum-exp per head: the kernel recomputes the
+//                T × T probabilities in its backward pass, so there is no
+//                h · T term), a cross-attention and its norm again in a
+//                decoder after an encoder; plus the embeddings and final norm
+//                (4 d) and the logits with their softmax (2 vocab).
+// An estimate, not a measurement: the backward pass's temporaries and the
+// data come on top, fused kernels save less.
+MemoryEstimate estimate_memory(const ModelConfig& config, int64_t rows, int64_t tokens);
+
 // A task flag whose value the trained model fixes: an LM's --context, a
 // translation model's --max-tokens, a ViT's --image-size.  For --resume and
 // --eval-only, not given, it takes `trained` (the checkpoint's value); given

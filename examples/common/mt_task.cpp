@@ -50,6 +50,15 @@ SentencePairs load_pairs(const MtOptions& mt) {
   return clean_pairs(raw, size_t(mt.max_bytes));
 }
 
+// The model config of a translation run before its pairs are read, for the
+// memory estimate: a new model's vocabulary is at most the bytes, the
+// special tokens and every merge.
+ModelConfig planned_config(const ModelSource& source, const MtOptions& mt) {
+  ModelConfig c = source.config;
+  if (!source.from_checkpoint) c.vocab = Tokenizer().vocab_size() + mt.bpe_merges, c.max_len = mt.max_tokens + 1;
+  return c;
+}
+
 // The tokenizer a checkpoint was trained with.
 Tokenizer saved_tokenizer(const StringMap& task_metadata) {
   auto saved = task_metadata.find("tokenizer");
@@ -293,6 +302,7 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
   check_data_exists("--data", mt.data, "mt");
   const ModelSource source = model_source(model_options, o, ModelStacks::encoder_decoder);
   if (source.from_checkpoint && model_options.given("bpe-merges")) check_merges_agree(mt, source, o.ckpt_dir);
+  start_run(o, estimate_memory(planned_config(source, mt), mt.batch, mt.max_tokens + 1));
   MtTask task(mt, source, o.seed);
   const ParallelSplit& split = task.split();
   std::printf("data: %s train / %s valid / %s test pairs, vocabulary %s (%s BPE merges)\n",

@@ -107,7 +107,7 @@ int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, co
       if (settle) settle();
       check_run_directory(options);
       if (options.threads > 0) set_num_threads(options.threads);
-      std::printf("%s\n", run_config_table(flags, options).c_str());
+      options.config_flags = &flags;  // the run prints the config table once it has estimated its memory
       RunSummary summary = run();
       std::printf("%s", describe(summary).c_str());
       return summary.interrupted ? 130 : 0;

@@ -41,7 +41,7 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
 // train flags (settle_train_options) and then the task's
 // (`settle`, e.g. the trained lengths a checkpoint fixes), refuses a fresh
 // run into a folder that holds one (check_run_directory), sets the thread
-// count, prints the config table, runs, prints the summary.  Launched by mpirun or
+// count, runs (which prints the config table, start_run), prints the summary.  Launched by mpirun or
 // srun it trains data-parallel over the job's ranks (docs/distributed.md):
 // rank 0 prints, the others' stdout is discarded, an error names its rank
 // and ends the whole job.

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -480,6 +481,8 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
   flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)", {0, kMaxThreads});
   flags.add("device", &o.device, "cpu, cuda or cuda:N (data is loaded on the CPU)");
   flags.add("tf32", &o.tf32, "CUDA: TF32 tensor-core matmuls (faster, less precise)");
+  flags.add("max-memory", &o.max_memory,
+            "refuse a run estimated to need more, e.g. 4GiB (default: a CPU run's MemAvailable)");
 }
 
 void settle_schedule(const Flags* flags, TrainOptions& o) {
@@ -504,6 +507,11 @@ void settle_train_options(const Flags& flags, TrainOptions& o) {
   if (!steps_from_epochs) settle_schedule(&flags, o);
   if (o.resume && o.eval_only) throw UsageError("--resume and --eval-only exclude each other; pass one");
   if ((o.resume || o.eval_only) && o.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
+  if (!o.max_memory.empty() && !parse_byte_size(o.max_memory))
+    throw UsageError(
+        "--max-memory expects a size such as 4GiB, 512MiB or 1000000 (bytes; units B, KiB, MiB, GiB, "
+        "TiB), got '" +
+        o.max_memory + "'");
   // A resumed run continues the checkpoint's data order; a different --seed is refused at resume.
   if (o.resume && !flags.was_set("seed"))
     o.seed = metadata_uint64(read_checkpoint_metadata(o.ckpt_dir), "train.seed", checkpoint_path(o.ckpt_dir));
@@ -582,14 +590,60 @@ void check_flags_apply(const Flags& flags) {
   }
 }
 
-std::string run_config_table(const Flags& flags, const TrainOptions& options) {
+std::string run_config_table(const Flags& flags, const TrainOptions& options,
+                             const std::vector<std::pair<std::string, std::string>>& extra) {
   const std::vector<std::pair<std::string, std::string>> all = flags.values();
   const FlagValues values(all.begin(), all.end());
   std::vector<std::pair<std::string, std::string>> rows;
   for (const auto& row : all)
     if (applies(row.first, values)) rows.push_back(row);
   if (training_device(options.device).is_cuda()) rows.emplace_back("cuda", device_summary(Device::Kind::cuda));
+  rows.insert(rows.end(), extra.begin(), extra.end());
   return config_table(rows);
+}
+
+namespace {
+
+// The memory a run may take, and where that figure comes from; 0 bytes: not known.
+struct MemoryLimit {
+  double bytes = 0;
+  std::string source;
+};
+
+MemoryLimit memory_limit(const TrainOptions& o) {
+  if (!o.max_memory.empty()) return {double(*parse_byte_size(o.max_memory)), "--max-memory " + o.max_memory};
+  if (!Device::parse(o.device).is_cpu()) return {};
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      double kib = 0;
+      std::istringstream(line.substr(13)) >> kib;
+      return {kib * 1024, "MemAvailable in /proc/meminfo"};
+    }
+  return {};
+}
+
+std::string describe_estimate(const MemoryEstimate& e) {
+  return format_mib(size_t(e.total())) + " (weights " + format_mib(size_t(e.weights)) +
+         ", gradients and AdamW moments " + format_mib(size_t(e.optimizer)) + ", activations " +
+         format_mib(size_t(e.activations)) + "; an estimate)";
+}
+
+}  // namespace
+
+void start_run(const TrainOptions& o, const MemoryEstimate& estimate) {
+  training_device(o.device);
+  const MemoryLimit limit = memory_limit(o);
+  const std::string text =
+      describe_estimate(estimate) +
+      (limit.bytes > 0 ? " of " + format_mib(size_t(limit.bytes)) + " (" + limit.source + ")" : "");
+  if (o.config_flags != nullptr)
+    std::printf("%s\n", run_config_table(*o.config_flags, o, {{"memory estimate", text}}).c_str());
+  else if (!o.quiet) std::printf("memory estimate: %s\n", text.c_str());
+  if (limit.bytes > 0 && estimate.total() > limit.bytes)
+    throw UsageError("the run needs about " + describe_estimate(estimate) + ", more than the " +
+                     format_mib(size_t(limit.bytes)) + " of " + limit.source +
+                     "; lower --batch, the sequence length or the model size, or set the limit with --max-memory");
 }
 
 namespace {

@@ -79,21 +79,26 @@ struct TrainOptions {
   std::string device = "cpu";  // cpu, cuda or cuda:N: the model and every batch go there
   bool tf32 = false;           // CUDA: TF32 tensor-core matmuls (faster, ~1e-3 relative error)
   bool quiet = false;          // no progress lines (compare runs many models)
+  std::string max_memory;      // a run estimated to need more is refused ("4GiB"; empty: MemAvailable, CPU runs)
+  // The command line, whose config table the run prints once its memory is
+  // estimated (start_run; training_main sets it); null: a line of the estimate.
+  const Flags* config_flags = nullptr;
   // The ranks of a data-parallel run (e.g. mpi_world()); null: this process alone.
   std::shared_ptr<Communicator> communicator;
 };
 
 // The flags every binary shares: --steps --warmup --lr --min-lr-ratio
 // --weight-decay --clip --gate-lr --eval-every --ckpt-every --log-every
-// --ckpt --resume --overwrite --eval-only --seed --threads --device --tf32.
+// --ckpt --resume --overwrite --eval-only --seed --threads --device --tf32
+// --max-memory.
 void add_train_flags(Flags& flags, TrainOptions& options);
 
 // Checks the train flags' combinations once they are parsed, before any
 // data is read, and derives the defaults that depend on --steps: --warmup
 // (at most a tenth of the steps) and --eval-every (at least five
 // evaluations) when not given.  Throws UsageError for --warmup at or past
-// --steps, --eval-every past --steps, --resume with --eval-only, and either
-// without --ckpt.  --resume without --seed takes the checkpoint's seed.
+// --steps, --eval-every past --steps, --resume with --eval-only, either
+// without --ckpt, and a --max-memory that is not a size.  --resume without --seed takes the checkpoint's seed.
 // With train_vit's --epochs (which excludes --steps) the schedule waits for
 // settle_schedule, once the data has set the steps.
 void settle_train_options(const Flags& flags, TrainOptions& options);
@@ -112,7 +117,28 @@ Device training_device(const std::string& name);
 // this run (no MAE flags on an MHA run, no sampling flags without
 // --generate, ...) and, for a CUDA run, the CUDA versions and devices.
 // Checks --device (training_device).
-std::string run_config_table(const Flags& flags, const TrainOptions& options);
+// `extra`: rows the run adds (its memory estimate).
+std::string run_config_table(const Flags& flags, const TrainOptions& options,
+                             const std::vector<std::pair<std::string, std::string>>& extra = {});
+
+// A run's memory, estimated before anything big is allocated
+// (estimate_memory, model_options.h), in bytes of f32.
+struct MemoryEstimate {
+  int64_t parameters = 0;
+  double weights = 0;      // the parameters
+  double optimizer = 0;    // their gradients and AdamW's two moments
+  double activations = 0;  // what autograd saves of one training step for its backward pass
+  double total() const { return weights + optimizer + activations; }
+};
+
+// What a run does once its model's sizes are known, before it reads its data
+// (or, for a ViT on IDX files, right after their headers): prints the config
+// table of options.config_flags with the memory estimate (without them, unless
+// quiet, a line of the estimate), and refuses (UsageError) a run estimated to
+// need more than the memory limit: --max-memory, else for a CPU run the
+// MemAvailable of /proc/meminfo (a GPU's memory is not read; --max-memory
+// bounds a CUDA run).  Checks --device (training_device).
+void start_run(const TrainOptions& options, const MemoryEstimate& estimate);
 
 // Throws UsageError for a flag given on the command line that has no effect
 // on this run, by the rule that leaves it out of run_config_table, saying

@@ -2,10 +2,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "headroom/core/grad_mode.h"
 #include "headroom/core/atomic_file.h"
+#include "headroom/core/read_file.h"
 #include "headroom/examples/common/idx.h"
 #include "headroom/examples/common/image_folder.h"
 #include "headroom/examples/common/plot.h"
@@ -52,6 +55,40 @@ ImageSplits load_images(const VitOptions& vit, uint64_t seed) {
                  " images of ", train_images);
   splits.valid = split_off(splits.train, double(vit.valid_images) / double(n), seed + 2);
   return splits;
+}
+
+// The [C, H, W] of the IDX images at `path` ([N, H, W] or [N, H, W, C]) from
+// their header alone, so that the memory is estimated before the images are
+// read; zeros for a header that is not one (read_idx then says why).
+Shape idx_image_shape(const std::string& path) {
+  regular_file_size(path, kMaxIdxBytes, "read_idx");  // a FIFO or device is refused, never opened
+  std::ifstream in(path, std::ios::binary);
+  unsigned char header[20] = {};
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  auto size = [&](int at) {
+    return int64_t(header[at]) << 24 | int64_t(header[at + 1]) << 16 | int64_t(header[at + 2]) << 8 | header[at + 3];
+  };
+  const int dims = header[3];
+  if (header[0] != 0 || header[1] != 0 || (dims != 3 && dims != 4)) return {0, 0, 0};
+  return {dims == 4 ? size(16) : 1, size(8), size(12)};
+}
+
+// The model config of a ViT run before its images are read, and its tokens
+// per image: patches, and the class token.
+std::pair<ModelConfig, int64_t> planned_config(const ModelSource& source, const VitOptions& vit) {
+  ModelConfig c = source.config;
+  if (!source.from_checkpoint && !vit.images.empty()) {
+    c.image_size = vit.image_size, c.channels = vit.channels, c.patch_size = vit.patch;
+    std::error_code ignored;  // load_image_folder names a folder it cannot read
+    for (const auto& entry : std::filesystem::directory_iterator(vit.images, ignored))
+      c.classes += entry.is_directory(ignored);
+  } else if (!source.from_checkpoint) {
+    const Shape chw = idx_image_shape(vit.data + "/train-images-idx3-ubyte");
+    c.channels = chw[0], c.image_size = chw[1], c.patch_size = vit.patch;
+    c.classes = int64_t(fashion_mnist_classes().size());
+  }
+  const int64_t side = c.image_size / c.patch_size;
+  return {c, side * side + (c.pooling == Pooling::cls ? 1 : 0)};
 }
 
 // Per-channel mean and standard deviation of images [N, C, H, W] -> [1, C, 1, 1] each.
@@ -248,6 +285,8 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
   if (source.from_checkpoint && model_options.given("patch") && vit.patch != source.config.patch_size)
     throw UsageError("--patch " + std::to_string(vit.patch) + " contradicts the checkpoint: its model.patch_size is " +
                      std::to_string(source.config.patch_size) + "; drop the flag");
+  const auto [planned, tokens] = planned_config(source, vit);
+  start_run(options, estimate_memory(planned, vit.batch, tokens));
   VitTask task(vit, source, options.seed);
   const ImageSplits& data = task.data();
   std::printf("data: %s train / %s valid / %s test images of %lldx%lld, %lld classes\n",
