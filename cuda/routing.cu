@@ -21,7 +21,7 @@
 
 namespace headroom::cuda {
 
-using kernels::GroupedOperand;
+using kernels::GroupedRows;
 using kernels::IndexUse;
 
 namespace {
@@ -372,16 +372,7 @@ constexpr int kTileStride = kTile + 1;  // padding: fewer bank conflicts when a 
 
 template <typename T> using StepTile = T[kStep][kTileStride];
 
-// A GroupedOperand on the device.
-template <typename T> struct DeviceRows {
-  const T* data;
-  int64_t width;
-  const int32_t* order;  // null: data is in grouped order
-  int64_t k;
-  __device__ const T* row(int64_t r) const { return data + (order ? int64_t(order[r] / k) : r) * width; }
-};
-
-template <typename T> DeviceRows<T> device_rows(const GroupedOperand& x) {
+template <typename T> GroupedRows::Raw<T> device_rows(const GroupedRows& x) {
   return {x.data.data<T>(), x.data.size(1), data_or_null<int32_t>(x.order), x.k};
 }
 
@@ -435,7 +426,7 @@ __global__ void segment_tile_starts(const int32_t* offsets, int64_t segments, in
 //   K, N = in, out    (transpose_w: out, in)
 template <typename T>
 __global__ void __launch_bounds__(kGemmThreads)
-    segment_matmul_kernel(DeviceRows<T> x, const T* w, const int32_t* offsets, const int32_t* tile_starts,
+    segment_matmul_kernel(GroupedRows::Raw<T> x, const T* w, const int32_t* offsets, const int32_t* tile_starts,
                           int64_t segments, int64_t in, int64_t out_features, bool transpose_w, T* out) {
   const int64_t tile = blockIdx.x;
   if (tile >= tile_starts[segments]) return;  // the grid is an upper bound on the tiles
@@ -475,7 +466,7 @@ __global__ void __launch_bounds__(kGemmThreads)
 // order, of x[r]ᵀ dy[r]: a [in, out] tile, zero for an empty segment.
 template <typename T>
 __global__ void __launch_bounds__(kGemmThreads)
-    segment_weight_grad_kernel(DeviceRows<T> x, DeviceRows<T> dy, const int32_t* offsets, int64_t in,
+    segment_weight_grad_kernel(GroupedRows::Raw<T> x, GroupedRows::Raw<T> dy, const int32_t* offsets, int64_t in,
                                int64_t out_features, T* dw) {
   const int64_t e = blockIdx.x, col0 = int64_t(blockIdx.y) * kTile, in0 = int64_t(blockIdx.z) * kTile;
   const int64_t end = offsets[e + 1];
@@ -627,7 +618,7 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
     check_launch("row_dots_kernel");
   }
 
-  void segment_matmul(const GroupedOperand& x, const Tensor& w, const Tensor& offsets, bool transpose_w,
+  void segment_matmul(const GroupedRows& x, const Tensor& w, const Tensor& offsets, bool transpose_w,
                       const Tensor& out) override {
     const int64_t rows = out.size(0), segments = w.size(0), in = w.size(1), out_features = w.size(2);
     if (out.numel() == 0) return;
@@ -655,11 +646,11 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
                               const Tensor& w, bool transpose_w, const Tensor& out) override {
     const int64_t width = out.size(1), tokens = out.size(0);
     Tensor products = Tensor::empty({y.size(0), width}, w.dtype(), w.device());  // [R, width]
-    segment_matmul(GroupedOperand{y}, w, offsets, transpose_w, products);
+    segment_matmul(GroupedRows{y}, w, offsets, transpose_w, products);
     sum_rows(products, 1, width, Tensor(), k, position, Tensor(), tokens, out);
   }
 
-  void segment_matmul_weight_grad(const GroupedOperand& x, const GroupedOperand& dy, const Tensor& offsets,
+  void segment_matmul_weight_grad(const GroupedRows& x, const GroupedRows& dy, const Tensor& offsets,
                                   const Tensor& dw) override {
     const int64_t segments = dw.size(0), in = dw.size(1), out_features = dw.size(2);
     if (dw.numel() == 0) return;

@@ -247,17 +247,15 @@ Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, in
   return out;
 }
 
-// An operand of the grouped GEMMs: rows [R, width] in grouped order, or (with
-// order) token rows [N, width] read through a plan's order, k slots per token.
-using Rows = kernels::GroupedOperand;
+using kernels::GroupedRows;  // the rows a grouped GEMM reads (ops/kernels/routing.h)
 
-template <typename T> cpu::GroupedRows<T> grouped_rows(const Rows& x) {
+template <typename T> GroupedRows::Raw<T> raw_rows(const GroupedRows& x) {
   return {x.data.data<T>(), x.data.size(1), data_or_null<int32_t>(x.order), x.k};
 }
 
 // The grouped GEMM on segments given by offsets [E + 1], w: [E, in, out]:
 //   x: [R, in] -> x[seg e] · w[e]: [R, out];  transpose_w: x: [R, out] -> x[seg e] · w[e]ᵀ: [R, in]
-Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64_t rows, bool transpose_w) {
+Tensor segment_gemm(const GroupedRows& x, const Tensor& w, const Tensor& offsets, int64_t rows, bool transpose_w) {
   // A weight that is the transpose of a contiguous [E, out, in] (MoH's W_q by head) is read as it lies,
   // not copied: at decode the copy cost more than the product (docs/performance.md, "Decoding").
   if (!w.is_contiguous() && w.t().is_contiguous()) return segment_gemm(x, w.t(), offsets, rows, !transpose_w);
@@ -266,7 +264,7 @@ Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64
   // BLAS rejects zero leading dimensions; an empty product is all zeros.
   if (in == 0 || out_features == 0) return Tensor::zeros(out_shape, w.dtype(), w.device());
   Tensor out = Tensor::empty(out_shape, w.dtype(), w.device());  // the segments cover every row
-  Rows a{x.data.contiguous(), x.order, x.k};
+  GroupedRows a{x.data.contiguous(), x.order, x.k};
   Tensor b = w.contiguous();
   if (!b.device().is_cpu()) {
     kernels::device_kernels(b).routing->segment_matmul(a, b, offsets, transpose_w, out);
@@ -275,7 +273,7 @@ Tensor segment_gemm(const Rows& x, const Tensor& w, const Tensor& offsets, int64
   dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
     HEADROOM_CPU_KERNEL(segment_matmul)
-    (grouped_rows<T>(a), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features, transpose_w, out.data<T>());
+    (raw_rows<T>(a), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features, transpose_w, out.data<T>());
   });
   return out;
 }
@@ -306,11 +304,12 @@ Tensor segment_gemm_scatter(const Tensor& y, const Tensor& w, const Tensor& offs
 }
 
 // dw[e] = x[seg e]ᵀ · dy[seg e]: [E, in, out], zero for empty segments.
-Tensor segment_gemm_weight_grad(const Rows& x, const Rows& dy, const Tensor& offsets, const Shape& w_shape) {
+Tensor segment_gemm_weight_grad(const GroupedRows& x, const GroupedRows& dy, const Tensor& offsets,
+                                const Shape& w_shape) {
   const Device device = dy.data.device();
   if (shape_numel(w_shape) == 0) return Tensor::zeros(w_shape, dy.data.dtype(), device);
   Tensor dw = Tensor::empty(w_shape, dy.data.dtype(), device);  // the kernel zeroes slices no row uses
-  Rows a{x.data.contiguous(), x.order, x.k}, b{dy.data.contiguous(), dy.order, dy.k};
+  GroupedRows a{x.data.contiguous(), x.order, x.k}, b{dy.data.contiguous(), dy.order, dy.k};
   if (!dw.device().is_cpu()) {
     kernels::device_kernels(dw).routing->segment_matmul_weight_grad(a, b, offsets, dw);
     return dw;
@@ -318,7 +317,7 @@ Tensor segment_gemm_weight_grad(const Rows& x, const Rows& dy, const Tensor& off
   dispatch_floating(dw.dtype(), [&](auto zero) {
     using T = decltype(zero);
     HEADROOM_CPU_KERNEL(segment_matmul_weight_grad)
-    (grouped_rows<T>(a), grouped_rows<T>(b), offsets.data<int32_t>(), w_shape[0], w_shape[1], w_shape[2], dw.data<T>());
+    (raw_rows<T>(a), raw_rows<T>(b), offsets.data<int32_t>(), w_shape[0], w_shape[1], w_shape[2], dw.data<T>());
   });
   return dw;
 }

@@ -623,7 +623,7 @@ TEST_CASE("routing: cpu:: gather / sum rows and the grouped matmuls equal the re
   const double *x = x_t.data<double>(), *y = y_t.data<double>(), *w = w_t.data<double>(), *g = g_t.data<double>();
   std::vector<int32_t> starts(tokens + 1);  // each token's k grouped rows, through position
   for (int64_t t = 0; t <= tokens; ++t) starts[t] = int32_t(t * k);
-  const cpu::GroupedRows<double> gathered{x, in, order, k}, grouped{y, out, nullptr, 1};
+  const cpu::GroupedRows::Raw<double> gathered{x, in, order, k}, grouped{y, out, nullptr, 1};
   std::vector<double> result[2][7];
   for (int ref = 0; ref < 2; ++ref) {
     std::vector<double>* r = result[ref];

@@ -46,7 +46,7 @@ constexpr int64_t kWholeSegment = std::numeric_limits<int64_t>::max();
 
 // The token rows of grouped rows [first, first + rows) of x (x.order set),
 // order[r] / k, in the calling thread's i32 buffer `slot`.
-template <typename T> const int32_t* token_rows(const GroupedRows<T>& x, int64_t first, int64_t rows, int slot) {
+template <typename T> const int32_t* token_rows(const GroupedRows::Raw<T>& x, int64_t first, int64_t rows, int slot) {
   int32_t* tokens = thread_buffer<int32_t>(slot, rows);
   for (int64_t i = 0; i < rows; ++i) tokens[i] = int32_t(x.order[first + i] / x.k);
   return tokens;
@@ -54,7 +54,7 @@ template <typename T> const int32_t* token_rows(const GroupedRows<T>& x, int64_t
 
 // Grouped rows [first, first + rows) of x as one contiguous [rows, width]
 // block: in place, or gathered into the calling thread's buffer `slot`.
-template <typename T> const T* tile_rows(const GroupedRows<T>& x, int64_t first, int64_t rows, int slot) {
+template <typename T> const T* tile_rows(const GroupedRows::Raw<T>& x, int64_t first, int64_t rows, int slot) {
   if (!x.order) return x.data + first * x.width;
   T* tile = thread_buffer<T>(slot, rows * x.width);
   for (int64_t i = 0; i < rows; ++i) {
@@ -235,7 +235,7 @@ void gate_rows_backward(const T* y, const T* gates, const int32_t* order, int64_
 }
 
 template <typename T>
-void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
+void segment_matmul(const GroupedRows::Raw<T>& x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
                     int64_t out_features, bool transpose_w, T* out) {
   // Forward: [rows, in] · [in, out].  Transposed: [rows, out] · [in, out]ᵀ.
   const int64_t y_width = transpose_w ? in : out_features;
@@ -332,7 +332,7 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
 }
 
 template <typename T>
-void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& dy, const int32_t* offsets,
+void segment_matmul_weight_grad(const GroupedRows::Raw<T>& x, const GroupedRows::Raw<T>& dy, const int32_t* offsets,
                                 int64_t segments, int64_t in, int64_t out_features, T* dw) {
   // dw[e]: [in, out] = x[seg e]ᵀ [in, rows] · dy[seg e] [rows, out].
   std::vector<int64_t> used;  // the segments with rows; a weight slice no row uses gets 0
@@ -375,7 +375,7 @@ void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& d
   run_heaviest_first(std::move(blocks), cost, [&](const Block& block) {
     const int64_t first = offsets[block.segment], depth = offsets[block.segment + 1] - first;
     // The segment's rows of g from column col0 on: in place, or through its token rows.
-    auto operand = [&](const GroupedRows<T>& g, int64_t col0, int slot) {
+    auto operand = [&](const GroupedRows::Raw<T>& g, int64_t col0, int slot) {
       if (!g.order) return DepthRows<T>{g.data + first * g.width + col0, g.width};
       return DepthRows<T>{g.data + col0, g.width, token_rows(g, first, depth, slot)};
     };
@@ -384,19 +384,19 @@ void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& d
   });
 }
 
-#define HEADROOM_ROUTING_FLOAT_KERNELS(T)                                                                            \
-  template void topk_indices<T>(const T*, int64_t, int64_t, int64_t, int32_t*);                                      \
-  template void take_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                         \
-  template void put_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                          \
-  template void sum_rows<T>(const T*, int64_t, const int32_t*, const int32_t*, const T*, int64_t, T*);               \
-  template void row_dots<T>(const T*, const int32_t*, const T*, int64_t, int64_t, int64_t, T*);                      \
-  template void gate_rows_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t, T*, T*, T*);             \
-  template void segment_matmul<T>(const GroupedRows<T>&, const T*, const int32_t*, int64_t, int64_t, int64_t, bool,  \
-                                  T*);                                                                               \
-  template void segment_matmul_scatter<T>(const T*, const int32_t*, int64_t, const int32_t*, int64_t, const T*,      \
-                                          int64_t, int64_t, bool, int64_t, T*, const T*);                            \
-  template void segment_matmul_weight_grad<T>(const GroupedRows<T>&, const GroupedRows<T>&, const int32_t*, int64_t, \
-                                              int64_t, int64_t, T*);
+#define HEADROOM_ROUTING_FLOAT_KERNELS(T)                                                                             \
+  template void topk_indices<T>(const T*, int64_t, int64_t, int64_t, int32_t*);                                       \
+  template void take_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                          \
+  template void put_along_rows<T>(const T*, const int32_t*, int64_t, int64_t, int64_t, T*);                           \
+  template void sum_rows<T>(const T*, int64_t, const int32_t*, const int32_t*, const T*, int64_t, T*);                \
+  template void row_dots<T>(const T*, const int32_t*, const T*, int64_t, int64_t, int64_t, T*);                       \
+  template void gate_rows_backward<T>(const T*, const T*, const int32_t*, int64_t, int64_t, T*, T*, T*);              \
+  template void segment_matmul<T>(const GroupedRows::Raw<T>&, const T*, const int32_t*, int64_t, int64_t, int64_t,    \
+                                  bool, T*);                                                                          \
+  template void segment_matmul_scatter<T>(const T*, const int32_t*, int64_t, const int32_t*, int64_t, const T*,       \
+                                          int64_t, int64_t, bool, int64_t, T*, const T*);                             \
+  template void segment_matmul_weight_grad<T>(const GroupedRows::Raw<T>&, const GroupedRows::Raw<T>&, const int32_t*, \
+                                              int64_t, int64_t, int64_t, T*);
 HEADROOM_ROUTING_FLOAT_KERNELS(float)
 HEADROOM_ROUTING_FLOAT_KERNELS(double)
 #undef HEADROOM_ROUTING_FLOAT_KERNELS

@@ -58,7 +58,7 @@ using kernels::GroupedRows;
 
 // out[r] = x[r] · w[e] for the rows r of each segment e.   out: [R, out or in]
 template <typename T>
-void segment_matmul(const GroupedRows<T>& x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
+void segment_matmul(const GroupedRows::Raw<T>& x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
                     int64_t out_features, bool transpose_w, T* out);
 
 // The transpose of gathering: out[t] = Σ over segments e ascending, rows r of e
@@ -74,7 +74,7 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
 // dw[e] = x[seg e]ᵀ · dy[seg e]; zero for empty segments.
 //   x rows in wide, dy rows out wide (either may be gathered)   dw: [E, in, out]
 template <typename T>
-void segment_matmul_weight_grad(const GroupedRows<T>& x, const GroupedRows<T>& dy, const int32_t* offsets,
+void segment_matmul_weight_grad(const GroupedRows::Raw<T>& x, const GroupedRows::Raw<T>& dy, const int32_t* offsets,
                                 int64_t segments, int64_t in, int64_t out_features, T* dw);
 
 }  // namespace headroom::cpu

@@ -8,26 +8,27 @@
 // runs per destination in a fixed order (no float atomics), and nothing here
 // waits for the device, so a route plan and the grouped GEMMs over it queue
 // up behind each other without a host synchronisation.
+#include "headroom/core/rng.h"  // HEADROOM_HOST_DEVICE
 #include "headroom/core/tensor.h"
 
 namespace headroom::kernels {
 
-// A grouped operand of the grouped GEMMs, the tensor form of
-// cpu::GroupedRows (ops/routing.cpp uses it on both devices): rows [R, width]
-// in grouped order, or, with `order` (a plan's order [R], k slots per token),
-// token rows [N, width] of which grouped row r is row order[r] / k.
-struct GroupedOperand {
+// The rows a grouped GEMM reads: rows [R, width] in grouped order, or, with
+// `order` (a plan's order [R], k slots per token), token rows [N, width] of
+// which grouped row r is row order[r] / k.  ops/routing.cpp holds them as
+// tensors; the kernels of either device take them as raw pointers (Raw).
+struct GroupedRows {
   Tensor data;
   Tensor order = Tensor();
   int64_t k = 1;
-};
 
-// The same operand as raw pointers, as the CPU kernels (ops/cpu/routing.h) take it.
-template <typename T> struct GroupedRows {
-  const T* data = nullptr;
-  int64_t width = 0;
-  const int32_t* order = nullptr;  // null: data is [R, width] in grouped order
-  int64_t k = 1;
+  template <typename T> struct Raw {
+    const T* data = nullptr;
+    int64_t width = 0;
+    const int32_t* order = nullptr;  // null: data is [R, width] in grouped order
+    int64_t k = 1;
+    HEADROOM_HOST_DEVICE const T* row(int64_t r) const { return data + (order ? int64_t(order[r] / k) : r) * width; }
+  };
 };
 
 // What a checked index selects, for the message of a bad one.
@@ -87,7 +88,7 @@ struct RoutingKernels {
   // ---- grouped GEMMs over a plan's segments (offsets: [E + 1], w: [E, in, out]) ----
   // out[r] = x[r] · w[e] for the rows r of each segment e (transpose_w: · w[e]ᵀ,
   // x rows `out` wide).  out: [R, out or in]
-  virtual void segment_matmul(const GroupedOperand& x, const Tensor& w, const Tensor& offsets, bool transpose_w,
+  virtual void segment_matmul(const GroupedRows& x, const Tensor& w, const Tensor& offsets, bool transpose_w,
                               const Tensor& out) = 0;
   // out[t] = Σ over slots j ascending of y[r] · w[segment of r], r = position[t*k + j]
   // (transpose_w: · w[e]ᵀ).   y: [R, in or out]  out: [tokens, out or in]
@@ -95,7 +96,7 @@ struct RoutingKernels {
                                       const Tensor& w, bool transpose_w, const Tensor& out) = 0;
   // dw[e] = x[seg e]ᵀ · dy[seg e], zero for empty segments.   x rows in wide,
   // dy rows out wide (either may be gathered)   dw: [E, in, out]
-  virtual void segment_matmul_weight_grad(const GroupedOperand& x, const GroupedOperand& dy, const Tensor& offsets,
+  virtual void segment_matmul_weight_grad(const GroupedRows& x, const GroupedRows& dy, const Tensor& offsets,
                                           const Tensor& dw) = 0;
 };
 }  // namespace headroom::kernels

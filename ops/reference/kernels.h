@@ -256,11 +256,6 @@ void sum_rows(const T* src, int64_t width, const int32_t* starts, const int32_t*
 // ---- grouped matmuls over the segments of a plan (ops/cpu/routing.h) ----------------------
 // offsets: [segments + 1]; w: [E, in, out]; rows of segment e are [offsets[e], offsets[e+1]).
 
-// Grouped row r of x: x.data[r], or token row order[r] / k.
-template <typename T> const T* grouped_row(const kernels::GroupedRows<T>& x, int64_t r) {
-  return x.data + (x.order ? x.order[r] / x.k : r) * x.width;
-}
-
 // y = x · w[e]: [out] from x [in];  transpose_w: y = x · w[e]ᵀ: [in] from x [out].  w_e: [in, out]
 template <typename T>
 void row_times_weight(const T* x, const T* w_e, int64_t in, int64_t out_features, bool transpose_w, T* y) {
@@ -274,12 +269,12 @@ void row_times_weight(const T* x, const T* w_e, int64_t in, int64_t out_features
 
 // out[r] = x[r] · w[e] for every row r of segment e.   out: [R, out or in]
 template <typename T>
-void segment_matmul(const kernels::GroupedRows<T>& x, const T* w, const int32_t* offsets, int64_t segments, int64_t in,
-                    int64_t out_features, bool transpose_w, T* out) {
+void segment_matmul(const kernels::GroupedRows::Raw<T>& x, const T* w, const int32_t* offsets, int64_t segments,
+                    int64_t in, int64_t out_features, bool transpose_w, T* out) {
   const int64_t width = transpose_w ? in : out_features;
   for (int64_t e = 0; e < segments; ++e)
     for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r)
-      row_times_weight(grouped_row(x, r), w + e * in * out_features, in, out_features, transpose_w, out + r * width);
+      row_times_weight(x.row(r), w + e * in * out_features, in, out_features, transpose_w, out + r * width);
 }
 
 // out[order[r] / k] += gates[order[r]] · y[r] · w[e], segments ascending (gates null: 1).
@@ -301,14 +296,13 @@ void segment_matmul_scatter(const T* y, const int32_t* order, int64_t k, const i
 
 // dw[e][i, j] = Σ_{r in segment e} x[r][i] · dy[r][j]; zero for empty segments.   dw: [E, in, out]
 template <typename T>
-void segment_matmul_weight_grad(const kernels::GroupedRows<T>& x, const kernels::GroupedRows<T>& dy,
+void segment_matmul_weight_grad(const kernels::GroupedRows::Raw<T>& x, const kernels::GroupedRows::Raw<T>& dy,
                                 const int32_t* offsets, int64_t segments, int64_t in, int64_t out_features, T* dw) {
   std::fill(dw, dw + segments * in * out_features, T(0));
   for (int64_t e = 0; e < segments; ++e)
     for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r)
       for (int64_t i = 0; i < in; ++i)
-        for (int64_t j = 0; j < out_features; ++j)
-          dw[(e * in + i) * out_features + j] += grouped_row(x, r)[i] * grouped_row(dy, r)[j];
+        for (int64_t j = 0; j < out_features; ++j) dw[(e * in + i) * out_features + j] += x.row(r)[i] * dy.row(r)[j];
 }
 
 }  // namespace headroom::reference
