@@ -22,7 +22,7 @@
 #include "headroom/core/rng.h"
 #include "headroom/cuda/kernels.h"
 #include "headroom/ops/kernels/attention.h"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 
 namespace headroom::cuda {
 

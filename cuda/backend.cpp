@@ -16,7 +16,7 @@
 #include "headroom/core/backend.h"
 #include "headroom/core/tensor.h"
 #include "headroom/cuda/kernels.h"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 
 namespace headroom::cuda {
 

@@ -2,7 +2,7 @@
 // backend's element walks (core/backend.h).
 #include "headroom/cuda/kernels.h"
 #include "headroom/cuda/indexing.cuh"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 
 namespace headroom::cuda {
 

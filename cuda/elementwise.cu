@@ -9,7 +9,7 @@
 #include "headroom/cuda/kernels.h"
 #include "headroom/ops/kernels/elementwise.h"
 #include "headroom/cuda/indexing.cuh"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 #include "headroom/ops/kernels/elementwise_math.h"
 
 namespace headroom::cuda {

@@ -7,7 +7,7 @@
 #include "headroom/core/backend.h"
 #include "headroom/cuda/kernels.h"
 #include "headroom/ops/kernels/matmul.h"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 
 namespace headroom::cuda {
 

@@ -13,7 +13,7 @@
 #include "headroom/ops/kernels/matmul.h"
 #include "headroom/cuda/kernels.h"
 #include "headroom/ops/kernels/nn.h"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 
 namespace headroom::cuda {
 

@@ -4,7 +4,7 @@
 #include "headroom/cuda/indexing.cuh"
 #include "headroom/cuda/kernels.h"
 #include "headroom/ops/kernels/optim.h"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 
 namespace headroom::cuda {
 

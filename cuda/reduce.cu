@@ -14,7 +14,7 @@
 
 #include "headroom/cuda/kernels.h"
 #include "headroom/ops/kernels/reduce.h"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 
 namespace headroom::cuda {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "headroom/cuda/kernels.h"
 #include "headroom/ops/kernels/routing.h"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 
 namespace headroom::cuda {
 

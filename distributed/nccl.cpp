@@ -8,7 +8,7 @@
 
 #include "headroom/core/backend.h"
 #include "headroom/core/error.h"
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 
 namespace headroom {
 

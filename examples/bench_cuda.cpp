@@ -24,7 +24,7 @@
 #include "headroom/examples/common/cli.h"
 #include "headroom/headroom.h"
 #if HEADROOM_HAS_CUDA
-#include "headroom/cuda/runtime.h"
+#include "headroom/cuda/backend.h"
 #endif
 
 using namespace headroom;
