@@ -99,10 +99,10 @@ Comparison time_interleaved(FnA&& a, FnB&& b, int iters, int reps = 1, int warmu
 }
 
 // The rate of an f32 matmul [m, k] · [k, n] on `threads` threads, in GFLOP/s:
-// the median of 12 calls after 2 untimed ones (the first starts the thread
-// pool).  An anchor for a benchmark's own rates, measured in the same run,
-// since a shared host moves both.  The thread count in use is restored.
-inline double sgemm_gflops(int64_t m, int64_t k, int64_t n, int threads) {
+// the median of `calls` calls after 2 untimed ones (the first starts the
+// thread pool).  An anchor for a benchmark's own rates, measured in the same
+// run, since a shared host moves both.  The thread count in use is restored.
+inline double sgemm_gflops(int64_t m, int64_t k, int64_t n, int threads, int calls = 12) {
   const int previous = num_threads();
   set_num_threads(threads);
   Generator gen(1);
@@ -110,7 +110,7 @@ inline double sgemm_gflops(int64_t m, int64_t k, int64_t n, int threads) {
   NoGradGuard no_grad;
   auto gemm = [&] { do_not_optimize(matmul(a, b).data<float>()); };
   std::vector<double> ms;
-  for (int i = 0; i < 14; ++i) ms.push_back(time_ms(gemm, 1));
+  for (int i = 0; i < calls + 2; ++i) ms.push_back(time_ms(gemm, 1));
   ms.erase(ms.begin(), ms.begin() + 2);
   set_num_threads(previous);
   return 2.0 * double(m * k * n) / (median(ms) * 1e6);

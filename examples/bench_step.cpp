@@ -14,9 +14,10 @@
 // rounds of one step of each (the order reversed every other round, A B C, C B A, ...).  Per
 // method: the median ms/step, tokens/s, the speed-up MHA ms / method ms (> 1: faster than MHA),
 // the one DecoderLM::forward_macs predicts (MHA's MACs / method's) and the share of the predicted
-// saving realised, (1 − 1/measured) / (1 − 1/predicted).  MHA's step rate (3 × 2 × forward MACs
-// per step) is set against an SGEMM timed before each cell at the same thread count.  With several
-// --threads, each method runs at each count in the same rounds, and a table gives the scaling.
+// saving realised, (1 − 1/measured) / (1 − 1/predicted).  MHA's step rate (3 × 2 × forward
+// MACs per step) is set against an SGEMM timed between the rounds at the same thread count.
+// With several --threads, each method runs at each count in the same rounds, and a table gives
+// the scaling.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -37,7 +38,7 @@ constexpr int64_t kVocab = 256, kLayers = 2;
 
 struct Options {
   std::string threads = "1";  // the grid's goal is on one thread; 0 = HEADROOM_NUM_THREADS or the core count
-  int rounds = 4;             // the default grid takes about 10 minutes on one thread of the dev VM
+  int rounds = 3;             // the default grid takes under 10 minutes on one thread of the dev VM
   std::string dims = "128,256,512", heads = "4,8", seqs = "128,256,1024";
   int64_t tokens = 4096;  // B = max(1, tokens / T)
   std::string methods = "mha,moh50,moh75,moa,mae";
@@ -156,7 +157,7 @@ struct Result {
   double predicted = 0;           // MHA's forward MACs / this one's
   int64_t macs = 0;               // forward MACs of one sequence
   int64_t params = 0;
-  double sgemm = 0;  // the cell's SGEMM anchor at this thread count, GFLOP/s
+  double sgemm = 0;  // the SGEMM anchor of the cell's rounds at this thread count, GFLOP/s
 };
 
 // a[i] / b[i] for each i.
@@ -189,26 +190,33 @@ std::vector<Runner> make_runners(const Cell& cell, const std::vector<Method>& me
 }
 
 // One untimed step of each runner, then `rounds` rounds of one step of each, in order and in
-// reverse by turns, so that no method always follows the same one.
-void run_rounds(std::vector<Runner>& runners, int rounds, const Tensor& inputs, const Tensor& targets) {
+// reverse by turns, so that no method always follows the same one.  After each round, an SGEMM
+// at each thread count, so that the anchor sees the load the steps see; returns the anchor's
+// median rate per thread count.
+std::vector<double> run_rounds(std::vector<Runner>& runners, const std::vector<int>& threads, int rounds,
+                               const Tensor& inputs, const Tensor& targets) {
+  std::vector<std::vector<double>> anchor(threads.size());
   for (Runner& r : runners) step(r, inputs, targets);
-  for (int round = 0; round < rounds; ++round)
+  for (int round = 0; round < rounds; ++round) {
     for (size_t i = 0; i < runners.size(); ++i) {
       Runner& r = runners[round % 2 == 0 ? i : runners.size() - 1 - i];
       r.ms.push_back(step(r, inputs, targets));
     }
+    for (size_t t = 0; t < threads.size(); ++t) anchor[t].push_back(sgemm_gflops(1024, 512, 512, threads[t], 4));
+  }
+  std::vector<double> rates;
+  for (const std::vector<double>& samples : anchor) rates.push_back(median(samples));
+  return rates;
 }
 
 // Times every chosen method at every thread count in one cell.
 std::vector<Result> measure_cell(const Options& o, const Cell& cell, const std::vector<int>& threads) {
-  std::vector<double> sgemm;
-  for (int n : threads) sgemm.push_back(sgemm_gflops(1024, 512, 512, n));
   Generator gen(2026);  // outlives the models, as DecoderLM asks
   Tensor tokens = Tensor::rand({cell.B, cell.T + 1}, gen, 0, kVocab, DType::f32).to(DType::i32);
   Tensor inputs = tokens.narrow(1, 0, cell.T).contiguous(), targets = tokens.narrow(1, 1, cell.T).contiguous();
   const std::vector<Method> methods = chosen_methods(o.methods, cell.d, cell.h);
   std::vector<Runner> runners = make_runners(cell, methods, threads, gen);
-  run_rounds(runners, o.rounds, inputs, targets);
+  const std::vector<double> sgemm = run_rounds(runners, threads, o.rounds, inputs, targets);
   std::vector<Result> results;
   for (size_t i = 0; i < runners.size(); ++i) {
     const Runner& r = runners[i];

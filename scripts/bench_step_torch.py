@@ -141,7 +141,7 @@ def int_list(text):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
-    parser.add_argument("--rounds", type=int, default=4, help="timed steps per cell, as bench_step's --rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="timed steps per cell, as bench_step's --rounds")
     parser.add_argument("--dims", type=int_list, default=[128, 256, 512])
     parser.add_argument("--heads", type=int_list, default=[4, 8])
     parser.add_argument("--seqs", type=int_list, default=[128, 256, 1024])
