@@ -41,6 +41,13 @@ class LmTask : public ModelTask<DecoderLM> {
   std::string unit() const override { return "tok"; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
 
+  std::string data_digest() const override {
+    return std::to_string(train_ids_.size()) + " training and " + std::to_string(valid_ids_.size()) +
+           " validation bytes, " +
+           crc32_text({{train_ids_.data(), train_ids_.size() * sizeof(int32_t)},
+                       {valid_ids_.data(), valid_ids_.size() * sizeof(int32_t)}});
+  }
+
   int64_t batch_rows(int64_t) const override { return lm_.batch; }
 
   StepOutput step(int64_t step, BatchSlice rows) override {

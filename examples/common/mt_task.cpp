@@ -86,6 +86,16 @@ class MtTask : public ModelTask<EncoderDecoder> {
 
   std::string unit() const override { return "tok"; }
   StringMap metadata() const override { return {{"tokenizer", tokenizer_.to_text()}}; }
+
+  std::string data_digest() const override {
+    std::string text;  // the splits as TSV lines
+    for (const SentencePairs* part : {&split_.train, &split_.valid, &split_.test})
+      for (const auto& [source, target] : *part) text += source + '\t' + target + '\n';
+    return std::to_string(split_.train.size()) + " training, " + std::to_string(split_.valid.size()) +
+           " validation and " + std::to_string(split_.test.size()) + " test pairs, " +
+           crc32_text({{text.data(), text.size()}});
+  }
+
   const ParallelSplit& split() const { return split_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
 

@@ -448,6 +448,14 @@ std::string checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/c
 
 std::string previous_checkpoint_path(const std::string& ckpt_dir) { return ckpt_dir + "/checkpoint.prev.safetensors"; }
 
+std::string crc32_text(const std::vector<std::pair<const void*, size_t>>& parts) {
+  uint32_t crc = 0;
+  for (const auto& [data, bytes] : parts) crc = crc32_update(crc, data, bytes);
+  char text[24];
+  std::snprintf(text, sizeof text, "CRC-32 %08x", crc);
+  return text;
+}
+
 std::string config_table(const std::vector<std::pair<std::string, std::string>>& rows) {
   std::string table = "| setting | value |\n|---|---|\n";
   for (const auto& [name, value] : rows) table += "| " + name + " | " + value + " |\n";
@@ -679,9 +687,13 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
   if (o.resume || o.eval_only) result.first_step = resume_checkpoint(task, optimization, o);
   result.last_step = result.first_step;
   const auto communicator = o.communicator ? o.communicator : std::make_shared<LocalCommunicator>();
-  if (communicator->size() > 1)
+  if (communicator->size() > 1) {
     check_same_on_every_rank(*communicator, "run settings (options, model config, task data)",
                              run_settings(task, o, result.first_step));
+    const std::string data = task.data_digest();
+    check_same_on_every_rank(*communicator,
+                             "training data (this rank's: " + data + "; is --data the same on every rank?)", data);
+  }
   DataParallel parallel(task.model(), communicator);
   result.ranks = parallel.size();
   const bool lead = parallel.rank() == 0;  // prints; it alone writes files too (writes_run_files)

@@ -175,6 +175,11 @@ class TrainTask {
   // Extra checkpoint metadata (e.g. the tokenizer), which model_source hands
   // back to the task that resumes or evaluates the checkpoint.
   virtual StringMap metadata() const { return {}; }
+  // A digest of the data the task trains and evaluates on (its counts and a
+  // CRC-32, e.g. of the text's token ids), which the ranks of a data-parallel
+  // run compare at the start: ranks given other --data would each train on
+  // their own.  Empty for a task whose data is no input (generated in code).
+  virtual std::string data_digest() const { return ""; }
   virtual std::string unit() const = 0;  // "tok" or "img"
 };
 
@@ -221,8 +226,9 @@ struct TrainResult {
 // a fresh run into a folder that holds a run (check_run_directory); and for
 // --eval-only when a metric is not finite.  Data-parallel: also when the
 // ranks' settings (every option but device, threads and quiet; the model
-// config; the task's metadata and batch) or, at a checkpoint, their
-// parameters differ, naming the ranks.  Every rank must call it.
+// config; the task's metadata and batch), their data (data_digest) or, at a
+// checkpoint, their parameters differ, naming the ranks.  Every rank must
+// call it.
 TrainResult train(TrainTask& task, const TrainOptions& options);
 
 // Whether this process writes the run directory's files (log, plots,
@@ -247,6 +253,10 @@ std::string previous_checkpoint_path(const std::string& ckpt_dir);
 StringMap read_checkpoint_metadata(const std::string& ckpt_dir);
 // The task's own entries of a checkpoint's metadata, without their "task." prefix.
 StringMap task_metadata(const StringMap& metadata);
+
+// "CRC-32 1a2b3c4d": the checksum that ends a TrainTask::data_digest, over
+// each (address, bytes) part in turn.
+std::string crc32_text(const std::vector<std::pair<const void*, size_t>>& parts);
 
 // A config table (Markdown) of name/value rows, printed at the start of a run.
 std::string config_table(const std::vector<std::pair<std::string, std::string>>& rows);

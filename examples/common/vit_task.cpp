@@ -132,6 +132,16 @@ class VitTask : public ModelTask<ViT> {
 
   std::string unit() const override { return "img"; }
   const ImageSplits& data() const { return data_; }
+
+  std::string data_digest() const override {
+    std::vector<Tensor> tensors;  // on the CPU, where the task keeps its data
+    for (const ImageDataset* part : {&data_.train, &data_.valid, &data_.test})
+      tensors.insert(tensors.end(), {part->images.contiguous(), part->labels.contiguous()});
+    std::vector<std::pair<const void*, size_t>> parts;
+    for (const Tensor& t : tensors) parts.emplace_back(t.raw_data(), size_t(t.numel()) * dtype_size(t.dtype()));
+    return std::to_string(data_.train.images.size(0)) + " training, " + std::to_string(data_.valid.images.size(0)) +
+           " validation and " + std::to_string(data_.test.images.size(0)) + " test images, " + crc32_text(parts);
+  }
   int64_t steps_per_epoch() const {
     const int64_t n = data_.train.images.size(0);
     return n / vit_.batch + (n % vit_.batch != 0);  // ceil(n / batch) without n + batch overflowing

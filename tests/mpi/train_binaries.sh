@@ -84,9 +84,10 @@ for part in train:24 t10k:8; do
   { idx 1 "$n"; for i in $(seq "$n"); do printf "\x0$((i % 10))"; done; } > "$tmp/fm/$name-labels-idx1-ubyte"
 done
 one_and_two vit train_vit --data "$tmp/fm" --valid-images 4 --batch 8 --patch 4 "${tiny[@]}" --attn moh
-# Ranks started with different settings (MPMD: one --lr each) refuse to
-# train; a rank that fails alone (its --ckpt holds no checkpoint to resume)
-# ends the job with an error naming it.
+# Ranks started with different settings (MPMD: one --lr each) or different
+# data (one --data each: a text with one line changed) refuse to train; a rank
+# that fails alone (its --ckpt holds no checkpoint to resume) ends the job
+# with an error naming it.
 launcher=("${mpirun[@]:0:${#mpirun[@]}-2}")  # without "-n 2"
 fails() {
   local what="$1" expected="$2"
@@ -97,7 +98,12 @@ fails() {
   echo "train_binaries: $what: $(grep -m 1 "$expected" "$tmp/fail.log")"
 }
 fails "ranks with different --lr" "rank(s) 1 disagree with rank 0 on the run settings" \
-  "${launcher[@]}" -n 1 "$bin/train_lm" "${lm[@]}" --lr 1e-3 : -n 1 "$bin/train_lm" "${lm[@]}" --lr 2e-3
+  "${launcher[@]}" -n 1 "$bin/train_lm" "${lm[@]}" --lr 1e-3 --ckpt "$tmp/lr" : \
+  -n 1 "$bin/train_lm" "${lm[@]}" --lr 2e-3 --ckpt "$tmp/lr"
+sed '1s/^./X/' "$tmp/text.txt" > "$tmp/other.txt"  # one byte changed
+fails "ranks with different --data" "rank(s) 1 disagree with rank 0 on the training data" \
+  "${launcher[@]}" -n 1 "$bin/train_lm" "${lm[@]}" --ckpt "$tmp/data" : \
+  -n 1 "$bin/train_lm" "${lm[@]}" --data "$tmp/other.txt" --ckpt "$tmp/data"
 fails "a rank without the checkpoint" "rank 1 of 2" "${launcher[@]}" \
   -n 1 "$bin/train_lm" "${args[@]}" --ckpt "$tmp/lm-moa-2" --resume --steps 20 : \
   -n 1 "$bin/train_lm" "${args[@]}" --ckpt "$tmp/nowhere" --resume --steps 20
