@@ -132,29 +132,8 @@ struct Relu {
 
 // PyTorch's gelu(approximate='none'): x * Phi(x), Phi the standard normal CDF;
 // the derivative is Phi(x) + x * phi(x), phi the normal density.
-// erf in f32 as a rational function, odd degree 13 over even degree 8 in x
-// clamped to [-4, 4] (Eigen's and XLA's float erf), within 5e-7 of erf: no
-// call, so the CPU's GELU loops vectorise, where std::erf's took about a sixth
-// of a small LM's training step (docs/performance.md, "Training step").
-HEADROOM_HOST_DEVICE inline float erf_rational(float a) {
-  const float x = a < -4.f ? -4.f : (a > 4.f ? 4.f : a), x2 = x * x;
-  float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
-  p = x2 * p + -2.10102402082508e-06f;
-  p = x2 * p + -5.69250639462346e-05f;
-  p = x2 * p + -7.34990630326855e-04f;
-  p = x2 * p + -2.95459980854025e-03f;
-  p = x2 * p + -1.60960333262415e-02f;
-  float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
-  q = x2 * q + -1.68282697438203e-03f;
-  q = x2 * q + -7.37332916720468e-03f;
-  q = x2 * q + -1.42647390514189e-02f;
-  return x * p / q;
-}
-HEADROOM_HOST_DEVICE inline float erf_of(float x) { return erf_rational(x); }
-HEADROOM_HOST_DEVICE inline double erf_of(double x) { return std::erf(x); }
-
 struct GeluErf {
-  template <typename T> HEADROOM_HOST_DEVICE static T cdf(T x) { return T(0.5) * (1 + erf_of(x * T(M_SQRT1_2))); }
+  template <typename T> HEADROOM_HOST_DEVICE static T cdf(T x) { return T(0.5) * (1 + std::erf(x * T(M_SQRT1_2))); }
   template <typename T> HEADROOM_HOST_DEVICE T operator()(T x) const { return x * cdf(x); }
   template <typename T> HEADROOM_HOST_DEVICE T grad(T x) const {
     const T density = T(0.5 * M_2_SQRTPI * M_SQRT1_2) * std::exp(T(-0.5) * x * x);
