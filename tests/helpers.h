@@ -17,6 +17,15 @@
 
 namespace headroom::testing {
 
+// Parses `args`, a command line without the program's name, with a binary's
+// Flags (examples/common/cli.h); returns what Flags::parse returns.
+template <typename CommandLineFlags> bool parse_command_line(CommandLineFlags& flags, std::vector<std::string> args) {
+  args.insert(args.begin(), "test");
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  return flags.parse(static_cast<int>(argv.size()), argv.data());
+}
+
 // True when every |a - b| <= atol + rtol * |b| (equal infinities match, as
 // in numpy's allclose); otherwise a message with the first few mismatches
 // and the max difference.

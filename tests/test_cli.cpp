@@ -15,6 +15,7 @@
 
 using namespace headroom;
 using namespace headroom::examples;
+using headroom::testing::parse_command_line;
 
 namespace {
 
@@ -35,12 +36,7 @@ struct Parsed {
     flags.add("seed", &seed, "seed", {0, UINT64_MAX});
     flags.add("resume", &resume, "resume");
   }
-  bool parse(std::vector<std::string> args) {
-    args.insert(args.begin(), "prog");
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    return flags.parse(static_cast<int>(argv.size()), argv.data());
-  }
+  bool parse(std::vector<std::string> args) { return parse_command_line(flags, std::move(args)); }
 };
 
 // What `fn` writes to stderr.
@@ -341,10 +337,7 @@ TEST_CASE("settle_train_options derives --warmup and --eval-every from --steps a
     TrainOptions o;
     add_train_flags(flags, o);
     if (with_epochs) flags.add("epochs", &epochs, "epochs", {0, 1000});
-    args.insert(args.begin(), "test");
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    flags.parse(int(argv.size()), argv.data());
+    parse_command_line(flags, std::move(args));
     settle_train_options(flags, o);
     return o;
   };

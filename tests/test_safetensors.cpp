@@ -186,13 +186,13 @@ TEST_CASE("safetensors: a same-length edit of the header, or a deleted data chec
   const size_t header_key = bytes.find(R"("headroom.header_crc32":")");
   REQUIRE(header_key != std::string::npos);
   const std::string header_entry = bytes.substr(header_key, std::strlen(R"("headroom.header_crc32":"00000000",)"));
-  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& edit : std::vector<std::pair<std::string, std::string>>{
            {R"("train.step":"4")", R"("train.step":"5")"},
            {R"("model.positions":"sinusoidal")", R"("model.positions":"learned")"},
            {R"("w":{)", R"("v":{)"},
            {data_entry, ""}}) {
-    CAPTURE(from);
-    written(edited(bytes, from, to));
+    CAPTURE(edit.first);
+    written(edited(bytes, edit.first, edit.second));
     CHECK_THROWS_HEADROOM(load_safetensors(path), "the header is corrupt: its CRC-32 is ");
   }
   // Without the header's checksum the file loads, as one from another tool does, but says so.

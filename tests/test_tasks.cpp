@@ -11,6 +11,7 @@
 
 using namespace headroom;
 using namespace headroom::examples;
+using headroom::testing::parse_command_line;
 using headroom::testing::TempDir;
 
 namespace {
@@ -60,19 +61,15 @@ TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run direct
   CHECK_THROWS_HEADROOM(run_lm(LmOptions{dir.file("missing.txt")}, tiny_model("mha"), few_steps("")), "missing.txt");
 }
 
-// A parsed command line of the model flags, for ModelOptions::given.
-// With `mt` or `lm`, train_mt's or train_lm's task flags are declared too.
+// A parsed command line of the model flags, for ModelOptions::given;
+// `add_task_flags` declares a binary's task flags too (add_lm_flags, add_mt_flags).
 struct ModelCommandLine {
   Flags flags{"test", "model flags"};
   ModelOptions model;
-  explicit ModelCommandLine(std::vector<std::string> args, MtOptions* mt = nullptr, LmOptions* lm = nullptr) {
+  explicit ModelCommandLine(std::vector<std::string> args, const std::function<void(Flags&)>& add_task_flags = {}) {
     add_model_flags(flags, model);
-    if (mt != nullptr) add_mt_flags(flags, *mt);
-    if (lm != nullptr) add_lm_flags(flags, *lm);
-    args.insert(args.begin(), "test");
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    flags.parse(int(argv.size()), argv.data());
+    if (add_task_flags) add_task_flags(flags);
+    parse_command_line(flags, std::move(args));
   }
 };
 
@@ -117,13 +114,13 @@ TEST_CASE("--eval-only and --resume take the context from the checkpoint; a diff
   // No --context: the checkpoint's 8 (not the flag's default), and the same loss as training's last evaluation.
   LmOptions lm = trained_at_8;
   lm.context = LmOptions().context;
-  ModelCommandLine no_flags({}, nullptr, &lm);
+  ModelCommandLine no_flags({}, [&](Flags& f) { add_lm_flags(f, lm); });
   settle_lm_options(no_flags.flags, lm, eval_only);
   CHECK(lm.context == 8);
   CHECK(run_lm(lm, no_flags.model, eval_only).metric("loss") == doctest::Approx(trained.metric("loss")).epsilon(1e-6));
   // --context 12 for --eval-only: sinusoidal positions take it, with a note; --resume refuses it.
   LmOptions longer = trained_at_8;
-  ModelCommandLine given({"--context", "12"}, nullptr, &longer);
+  ModelCommandLine given({"--context", "12"}, [&](Flags& f) { add_lm_flags(f, longer); });
   settle_lm_options(given.flags, longer, eval_only);
   CHECK(longer.context == 12);
   CHECK_THROWS_HEADROOM(
@@ -142,7 +139,7 @@ TEST_CASE("settle_trained_value: what --eval-only accepts besides the trained va
   LmOptions lm;
   TrainOptions eval_only = few_steps("run");
   eval_only.eval_only = true;
-  ModelCommandLine given({"--context", "12"}, nullptr, &lm);
+  ModelCommandLine given({"--context", "12"}, [&](Flags& f) { add_lm_flags(f, lm); });
   int64_t value = 12;
   CHECK_THROWS_HEADROOM(settle_trained_value(given.flags, eval_only, "context", value, 8, EvalAccepts::smaller),
                         "its model takes at most 8");
@@ -184,11 +181,11 @@ TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes 
   // A --bpe-merges given on the command line must be the checkpoint tokenizer's.
   resume.steps = 8;
   MtOptions given = mt;
-  ModelCommandLine contradicting({"--bpe-merges", "31"}, &given);
+  ModelCommandLine contradicting({"--bpe-merges", "31"}, [&](Flags& f) { add_mt_flags(f, given); });
   const std::string refusal =
       "--bpe-merges 31 contradicts the checkpoint " + dir.file("run/checkpoint.safetensors") + ": its tokenizer has 30";
   CHECK_THROWS_HEADROOM(run_mt(given, contradicting.model, resume), refusal.c_str());
-  ModelCommandLine agreeing({"--bpe-merges", "30"}, &given);
+  ModelCommandLine agreeing({"--bpe-merges", "30"}, [&](Flags& f) { add_mt_flags(f, given); });
   CHECK(run_mt(given, agreeing.model, resume).steps == 8);
 }
 
@@ -244,7 +241,9 @@ TEST_CASE("estimate_memory counts every method's parameters, and its total lies 
                                                                  {"moa", "experts=6,k=2,head_dim=12"},
                                                                  {"moh", "shared_heads=1,routed_k=2"},
                                                                  {"mae", "gate_hidden=8"}};
-  for (const auto& [attn, options] : methods) {
+  for (const auto& [attn_name, options_text] : methods) {
+    // Named copies: a lambda (CAPTURE's) may not capture a structured binding before C++20.
+    const std::string attn = attn_name, options = options_text;
     CAPTURE(attn);
     CAPTURE(options);
     ModelOptions m = tiny_model(attn, options);
