@@ -109,6 +109,9 @@ struct PlannedRun {
   std::string method;
   ModelOptions model;
   TrainOptions options;
+  LmOptions lm;  // the task's options, settled for this run (settle_task_options)
+  MtOptions mt;
+  VitOptions vit;
 };
 
 // Every run, in order: each method over the seeds.  --eval-every and
@@ -280,11 +283,19 @@ struct CompareOptions {
   int64_t seeds = 2;
 };
 
-RunSummary train_one(const std::string& task, const LmOptions& lm, const MtOptions& mt, const VitOptions& vit,
-                     const PlannedRun& run) {
-  if (task == "lm") return run_lm(lm, run.model, run.options);
-  if (task == "mt") return run_mt(mt, run.model, run.options);
-  return run_vit(vit, run.model, run.options);
+// The task flags a run's checkpoint fixes, for --resume and --eval-only: the
+// lengths it was trained at (settle_trained_value), each from the run's own
+// folder.
+void settle_task_options(const Flags& flags, const std::string& task, PlannedRun& run) {
+  if (task == "lm") settle_lm_options(flags, run.lm, run.options);
+  if (task == "mt") settle_mt_options(flags, run.mt, run.options);
+  if (task == "vit") settle_vit_options(flags, run.vit, run.options);
+}
+
+RunSummary train_one(const std::string& task, const PlannedRun& run) {
+  if (task == "lm") return run_lm(run.lm, run.model, run.options);
+  if (task == "mt") return run_mt(run.mt, run.model, run.options);
+  return run_vit(run.vit, run.model, run.options);
 }
 
 int run(const std::string& task, int argc, char** argv) {
@@ -315,17 +326,23 @@ int run(const std::string& task, int argc, char** argv) {
       throw UsageError("--task must be lm, mt or vit, got '" + task + "'");
     // The presets set each run's attention and --out its folder, so --attn, --attn-opt and --ckpt are refused.
     check_flags_apply(flags);
+    // Not settle_resumed_seed: each run's folder is named by its seed, so a resumed run has its checkpoint's.
     settle_train_options(flags, train_options);
     const std::vector<std::string> methods = checked_methods(c.methods, model);
-    const std::vector<PlannedRun> runs = plan_runs(methods, model, train_options, c.seeds, c.out, flags);
-    for (const PlannedRun& run : runs) check_run_directory(run.options);  // before the first run trains
+    std::vector<PlannedRun> runs = plan_runs(methods, model, train_options, c.seeds, c.out, flags);
+    for (PlannedRun& run : runs) {  // before the first run trains
+      check_run_directory(run.options);
+      run.lm = lm, run.mt = mt, run.vit = vit;
+      settle_task_options(flags, task, run);
+    }
+    lm = runs.front().lm, mt = runs.front().mt, vit = runs.front().vit;  // what the config table shows
     if (train_options.threads > 0) set_num_threads(train_options.threads);
     std::printf("%s\n", run_config_table(flags, train_options).c_str());
     std::vector<std::vector<FinishedRun>> by_method(methods.size());
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < runs.size(); ++i) {
       print_outer_progress(runs, i, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      RunSummary summary = train_one(task, lm, mt, vit, runs[i]);
+      RunSummary summary = train_one(task, runs[i]);
       std::printf("%s", describe(summary).c_str());
       if (summary.interrupted) {
         std::printf("compare stopped after run %zu of %zu; no table written\n", i + 1, runs.size());

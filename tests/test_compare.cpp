@@ -57,16 +57,16 @@ struct Finished {
   double seconds;
 };
 
-// compare run in `dir` on a 200-line text with a tiny model, plus `args`.
-Finished run_compare(const TempDir& dir, const std::string& args) {
+// compare run in `dir` on a 200-line text with a tiny model, plus `context` and `args`.
+Finished run_compare(const TempDir& dir, const std::string& args, const std::string& context = "--context 16") {
   std::string text;
   for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i) + " of a small text to train on\n";
   dir.write("text.txt", text);
   const std::string command = "cd '" + dir.path.string() +
                               "' && timeout 120 '" HEADROOM_EXAMPLES_BIN_DIR
-                              "/compare' --data text.txt --dim 16 --heads 4 --layers 1 --ffn 32 --context 16 "
-                              "--batch 2 --eval-tokens 64 --warmup 1 --threads 1 --out out " +
-                              args + " > stdout.txt 2> stderr.txt";
+                              "/compare' --data text.txt --dim 16 --heads 4 --layers 1 --ffn 32 --batch 2 "
+                              "--eval-tokens 64 --warmup 1 --threads 1 --out out " +
+                              context + " " + args + " > stdout.txt 2> stderr.txt";
   const auto start = std::chrono::steady_clock::now();
   const int raw = std::system(command.c_str());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -129,6 +129,35 @@ TEST_CASE("compare: table.md shows each number as the console lines of its run d
     CHECK(cells[9] == speeds[m][1]);                           // tokens per second
     CHECK(cells[10] == speeds[m][2]);                          // peak memory
   }
+}
+
+TEST_CASE("compare: --eval-only and --resume take each run's trained context from its own checkpoint") {
+  TempDir dir("compare_trained_context");
+  const Finished trained = run_compare(dir, "--methods mha,moh75 --seeds 1 --steps 4", "--context 8");
+  REQUIRE(trained.status == 0);
+  const std::string trained_table = file_text(dir.file("out/table.md"));
+  // No --context: each run evaluates at its checkpoint's 8, so its loss is the one its training ended with.
+  const Finished evaluated = run_compare(dir, "--methods mha,moh75 --seeds 1 --eval-only", "");
+  CAPTURE(evaluated.out);
+  CAPTURE(evaluated.err);
+  REQUIRE(evaluated.status == 0);
+  CHECK(evaluated.out.find("| context | 8 |") != std::string::npos);
+  const std::string evaluated_table = file_text(dir.file("out/table.md"));
+  for (const char* method : {"mha", "moh75"}) {
+    CAPTURE(method);
+    REQUIRE(table_cells(evaluated_table, method).size() == 11);
+    CHECK(table_cells(evaluated_table, method)[2] == table_cells(trained_table, method)[2]);  // validation loss
+  }
+  // --resume refuses another context, before any run trains, and continues at 8 without one.
+  const Finished refused = run_compare(dir, "--methods mha,moh75 --seeds 1 --steps 6 --resume", "--context 16");
+  CHECK(refused.status == 2);
+  CHECK(refused.err.find("--context 16 differs from the 8 that the checkpoint out/mha-seed1/checkpoint.safetensors "
+                         "was trained at; a resumed run trains at 8") != std::string::npos);
+  const Finished resumed = run_compare(dir, "--methods mha,moh75 --seeds 1 --steps 6 --resume", "");
+  CAPTURE(resumed.err);
+  REQUIRE(resumed.status == 0);
+  CHECK(resumed.out.find("== run 2 of 2: moh75, seed 1, 6 steps") != std::string::npos);
+  CHECK(occurrences(file_text(dir.file("out/moh75-seed1/log.jsonl")), "\"type\":\"train\"") == 6);
 }
 
 TEST_CASE("compare: an unknown method is refused at once, naming the known ones, before any run starts") {

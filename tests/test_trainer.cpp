@@ -17,6 +17,7 @@
 
 using namespace headroom;
 using namespace headroom::examples;
+using headroom::testing::parse_command_line;
 using headroom::testing::TempDir;
 
 namespace {
@@ -389,11 +390,10 @@ TEST_CASE("train: --resume without --seed continues with the checkpoint's seed; 
     Flags flags("test", "train flags");
     TrainOptions o = small_run(dir.file("run"));
     add_train_flags(flags, o);
-    args.insert(args.begin(), {"test", "--resume", "--ckpt", dir.file("run")});
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    flags.parse(int(argv.size()), argv.data());
+    args.insert(args.begin(), {"--resume", "--ckpt", dir.file("run")});
+    parse_command_line(flags, std::move(args));
     settle_train_options(flags, o);
+    settle_resumed_seed(flags, o);
     return o;
   };
   TrainOptions o = resumed({});
@@ -459,25 +459,27 @@ TEST_CASE("json_object writes numbers, integers, strings and non-finite values")
         R"({"type":"eval","step":3,"loss":0.5,"bad":"nan"})");
 }
 
-TEST_CASE("check_flags_apply refuses a flag given that does not apply to the run, saying why") {
-  auto check = [](std::vector<std::string> args) {
-    Flags flags("test", "train and model flags");
-    TrainOptions o;
-    ModelOptions m;
-    std::string methods;   // compare's
-    int64_t generate = 0;  // train_lm's
-    double temperature = 1;
+// A training binary's parsed command line: the train and model flags, with
+// compare's --methods and train_lm's --generate and --temperature.
+struct TrainingCommandLine {
+  Flags flags{"test", "train and model flags"};
+  TrainOptions train;
+  ModelOptions model;
+  std::string methods;
+  int64_t generate = 0;
+  double temperature = 1;
+  explicit TrainingCommandLine(std::vector<std::string> args) {
     flags.add("methods", &methods, "presets");
     flags.add("generate", &generate, "tokens", {0, 100});
     flags.add("temperature", &temperature, "sampling", {0, 10, End::open, End::closed});
-    add_model_flags(flags, m);
-    add_train_flags(flags, o);
-    args.insert(args.begin(), "test");
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    flags.parse(int(argv.size()), argv.data());
-    check_flags_apply(flags);
-  };
+    add_model_flags(flags, model);
+    add_train_flags(flags, train);
+    parse_command_line(flags, std::move(args));
+  }
+};
+
+TEST_CASE("check_flags_apply refuses a flag given that does not apply to the run, saying why") {
+  auto check = [](std::vector<std::string> args) { check_flags_apply(TrainingCommandLine(std::move(args)).flags); };
   CHECK_THROWS_HEADROOM(check({"--bcd-f", "5"}),
                         "--bcd-f does not apply to test: it sets MAE's training, and no layer is MAE (--attn mae, or "
                         "mae in --attn-set or --methods)");
@@ -509,20 +511,8 @@ TEST_CASE("start_run refuses a run whose memory estimate exceeds --max-memory, w
 
 TEST_CASE("run_config_table lists only the flags that apply to the run") {
   auto table = [](std::vector<std::string> args) {
-    Flags flags("test", "train and model flags");
-    TrainOptions o;
-    ModelOptions m;
-    std::string methods;   // compare's
-    int64_t generate = 0;  // train_lm's
-    flags.add("methods", &methods, "presets");
-    flags.add("generate", &generate, "tokens", {0, 100});
-    add_model_flags(flags, m);
-    add_train_flags(flags, o);
-    args.insert(args.begin(), "test");
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    flags.parse(int(argv.size()), argv.data());
-    return run_config_table(flags, o);
+    const TrainingCommandLine line(std::move(args));
+    return run_config_table(line.flags, line.train);
   };
   const std::string mha = table({});
   CHECK(mha.find("| steps | 1000 |") != std::string::npos);

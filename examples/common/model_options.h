@@ -73,7 +73,8 @@ ModelSource model_source(const ModelOptions& options, const TrainOptions& train,
 // The memory of a training step of `rows` sequences (or images) of `tokens`
 // positions each (an LM's context, a translation model's source and target
 // length, a ViT's patches and class token) with `config`'s model, in f32,
-// from the sizes alone, before anything is allocated:
+// from the sizes alone, before anything is allocated (so a model too large
+// to build is refused, not built to be counted):
 //   weights      the parameters of the embeddings, every block (its attention
 //                by its method's size options, its MLP and norms) and the head
 //   optimizer    3 × weights: the gradients and AdamW's two moments

@@ -104,6 +104,7 @@ int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, co
     world = options.communicator = launch_communicator(options);
     try {
       settle_train_options(flags, options);
+      settle_resumed_seed(flags, options);
       if (settle) settle();
       check_run_directory(options);
       if (options.threads > 0) set_num_threads(options.threads);

@@ -38,7 +38,7 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
 
 // main() of a training binary once its flags are declared: parses them,
 // refuses one given that does not apply (check_flags_apply), settles the
-// train flags (settle_train_options) and then the task's
+// train flags (settle_train_options, settle_resumed_seed) and then the task's
 // (`settle`, e.g. the trained lengths a checkpoint fixes), refuses a fresh
 // run into a folder that holds one (check_run_directory), sets the thread
 // count, runs (which prints the config table, start_run), prints the summary.  Launched by mpirun or

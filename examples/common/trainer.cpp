@@ -520,7 +520,9 @@ void settle_train_options(const Flags& flags, TrainOptions& o) {
         "--max-memory expects a size such as 4GiB, 512MiB or 1000000 (bytes; units B, KiB, MiB, GiB, "
         "TiB), got '" +
         o.max_memory + "'");
-  // A resumed run continues the checkpoint's data order; a different --seed is refused at resume.
+}
+
+void settle_resumed_seed(const Flags& flags, TrainOptions& o) {
   if (o.resume && !flags.was_set("seed"))
     o.seed = metadata_uint64(read_checkpoint_metadata(o.ckpt_dir), "train.seed", checkpoint_path(o.ckpt_dir));
 }

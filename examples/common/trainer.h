@@ -98,10 +98,14 @@ void add_train_flags(Flags& flags, TrainOptions& options);
 // (at most a tenth of the steps) and --eval-every (at least five
 // evaluations) when not given.  Throws UsageError for --warmup at or past
 // --steps, --eval-every past --steps, --resume with --eval-only, either
-// without --ckpt, and a --max-memory that is not a size.  --resume without --seed takes the checkpoint's seed.
+// without --ckpt, and a --max-memory that is not a size.
 // With train_vit's --epochs (which excludes --steps) the schedule waits for
 // settle_schedule, once the data has set the steps.
 void settle_train_options(const Flags& flags, TrainOptions& options);
+
+// --resume without --seed takes the seed of --ckpt's checkpoint, so the run
+// continues its data order (a different --seed is refused at resume).
+void settle_resumed_seed(const Flags& flags, TrainOptions& options);
 
 // The --steps part of settle_train_options: derives --warmup and
 // --eval-every from --steps where `flags` (null: a run built in code) did
