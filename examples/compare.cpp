@@ -245,7 +245,7 @@ std::vector<std::string> table_row(const std::string& method, const std::vector<
           format_count(first.parameters) + change,
           format_si(first.macs_per_item),
           format_si(mean(speed)),
-          format_mib(size_t(std::llround(mean(memory))))};
+          format_mib(std::round(mean(memory)))};
 }
 
 std::string results_table(const std::string& task, const std::vector<std::string>& methods,

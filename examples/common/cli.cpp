@@ -290,9 +290,9 @@ std::string format_si(double value) {
   return text;
 }
 
-std::string format_mib(size_t bytes) {
+std::string format_mib(double bytes) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", double(bytes) / double(1 << 20));
+  std::snprintf(text, sizeof text, "%.1f MiB", bytes / double(1 << 20));
   return text;
 }
 

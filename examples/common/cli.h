@@ -115,7 +115,7 @@ void check_product(const std::string& a_name, int64_t a, const std::string& b_na
 // The training binaries' console lines and compare's table.md use these.
 std::string format_count(int64_t count);
 std::string format_si(double value);
-std::string format_mib(size_t bytes);
+std::string format_mib(double bytes);  // a double, so an estimate past 2^64 bytes formats too
 std::string format_seconds(double seconds);
 std::string format_percent(double fraction);
 std::string format_metric(const std::string& name, double value);

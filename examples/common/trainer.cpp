@@ -634,9 +634,9 @@ MemoryLimit memory_limit(const TrainOptions& o) {
 }
 
 std::string describe_estimate(const MemoryEstimate& e) {
-  return format_mib(size_t(e.total())) + " (weights " + format_mib(size_t(e.weights)) +
-         ", gradients and AdamW moments " + format_mib(size_t(e.optimizer)) + ", activations " +
-         format_mib(size_t(e.activations)) + "; an estimate)";
+  return format_mib(e.total()) + " (weights " + format_mib(e.weights) +
+         ", gradients and AdamW moments " + format_mib(e.optimizer) + ", activations " +
+         format_mib(e.activations) + "; an estimate)";
 }
 
 }  // namespace
@@ -646,13 +646,13 @@ void start_run(const TrainOptions& o, const MemoryEstimate& estimate) {
   const MemoryLimit limit = memory_limit(o);
   const std::string text =
       describe_estimate(estimate) +
-      (limit.bytes > 0 ? " of " + format_mib(size_t(limit.bytes)) + " (" + limit.source + ")" : "");
+      (limit.bytes > 0 ? " of " + format_mib(limit.bytes) + " (" + limit.source + ")" : "");
   if (o.config_flags != nullptr)
     std::printf("%s\n", run_config_table(*o.config_flags, o, {{"memory estimate", text}}).c_str());
   else if (!o.quiet) std::printf("memory estimate: %s\n", text.c_str());
   if (limit.bytes > 0 && estimate.total() > limit.bytes)
     throw UsageError("the run needs about " + describe_estimate(estimate) + ", more than the " +
-                     format_mib(size_t(limit.bytes)) + " of " + limit.source +
+                     format_mib(limit.bytes) + " of " + limit.source +
                      "; lower --batch, the sequence length or the model size, or set the limit with --max-memory");
 }
 
