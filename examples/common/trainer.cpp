@@ -634,9 +634,8 @@ MemoryLimit memory_limit(const TrainOptions& o) {
 }
 
 std::string describe_estimate(const MemoryEstimate& e) {
-  return format_mib(e.total()) + " (weights " + format_mib(e.weights) +
-         ", gradients and AdamW moments " + format_mib(e.optimizer) + ", activations " +
-         format_mib(e.activations) + "; an estimate)";
+  return format_mib(e.total()) + " (weights " + format_mib(e.weights) + ", gradients and AdamW moments " +
+         format_mib(e.optimizer) + ", activations " + format_mib(e.activations) + "; an estimate)";
 }
 
 }  // namespace
@@ -644,9 +643,8 @@ std::string describe_estimate(const MemoryEstimate& e) {
 void start_run(const TrainOptions& o, const MemoryEstimate& estimate) {
   training_device(o.device);
   const MemoryLimit limit = memory_limit(o);
-  const std::string text =
-      describe_estimate(estimate) +
-      (limit.bytes > 0 ? " of " + format_mib(limit.bytes) + " (" + limit.source + ")" : "");
+  const std::string text = describe_estimate(estimate) +
+                           (limit.bytes > 0 ? " of " + format_mib(limit.bytes) + " (" + limit.source + ")" : "");
   if (o.config_flags != nullptr)
     std::printf("%s\n", run_config_table(*o.config_flags, o, {{"memory estimate", text}}).c_str());
   else if (!o.quiet) std::printf("memory estimate: %s\n", text.c_str());
