@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <string>
@@ -21,14 +20,12 @@ namespace {
 
 int initial_threads() {
   if (const char* env = std::getenv("HEADROOM_NUM_THREADS")) {
-    // Digits only, all of the value: strtol would also take " 2" and "+2".
+    // All of the value as one decimal number (from_chars takes no space or '+', as strtol would).
     const std::string text = env;
-    const bool digits =
-        !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
     int n = 0;
-    const bool fits = std::from_chars(text.data(), text.data() + text.size(), n).ec == std::errc();
-    HEADROOM_CHECK(digits && fits && n >= 1 && n <= kMaxThreads, "[threads] HEADROOM_NUM_THREADS='", text,
-                   "' must be a whole number from 1 to ", kMaxThreads);
+    const auto [stop, error] = std::from_chars(text.data(), text.data() + text.size(), n);
+    HEADROOM_CHECK(error == std::errc() && stop == text.data() + text.size() && n >= 1 && n <= kMaxThreads,
+                   "[threads] HEADROOM_NUM_THREADS='", text, "' must be a whole number from 1 to ", kMaxThreads);
     return n;
   }
   return std::max(1u, std::thread::hardware_concurrency());

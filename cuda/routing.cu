@@ -372,10 +372,6 @@ constexpr int kTileStride = kTile + 1;  // padding: fewer bank conflicts when a 
 
 template <typename T> using StepTile = T[kStep][kTileStride];
 
-template <typename T> GroupedRows::Raw<T> device_rows(const GroupedRows& x) {
-  return {x.data.data<T>(), x.data.size(1), data_or_null<int32_t>(x.order), x.k};
-}
-
 // tile[kk][m] = element(kk, m) over the whole step tile, 4 entries per thread.
 // Consecutive threads take consecutive kk (kk_fastest: the operand's memory
 // runs along kk) or consecutive m, so that global reads coalesce.
@@ -633,7 +629,7 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
                     tiles_of(transpose_w ? in : out_features, "segment_matmul"));
     dispatch_floating(w.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      segment_matmul_kernel<T><<<grid, kGemmThreads, 0, s>>>(device_rows<T>(x), w.data<T>(), offsets.data<int32_t>(),
+      segment_matmul_kernel<T><<<grid, kGemmThreads, 0, s>>>(x.raw<T>(), w.data<T>(), offsets.data<int32_t>(),
                                                              tile_starts.data<int32_t>(), segments, in, out_features,
                                                              transpose_w, out.data<T>());
     });
@@ -660,7 +656,7 @@ struct CudaRoutingKernels final : kernels::RoutingKernels {
     dispatch_floating(dw.dtype(), [&](auto zero) {
       using T = decltype(zero);
       segment_weight_grad_kernel<T><<<grid, kGemmThreads, 0, stream(device)>>>(
-          device_rows<T>(x), device_rows<T>(dy), offsets.data<int32_t>(), in, out_features, dw.data<T>());
+          x.raw<T>(), dy.raw<T>(), offsets.data<int32_t>(), in, out_features, dw.data<T>());
     });
     check_launch("segment_weight_grad_kernel");
   }

@@ -453,13 +453,14 @@ namespace {
 // cross-attention without it (so its MACs count no rotated queries), and a
 // cross-attention override asking for it is refused rather than ignored.
 void drop_rope(const AttentionSpec& spec, int64_t layer, AttentionChoice& choice) {
-  for (const AttentionChoice* own :
-       {spec.roles.count(AttentionRole::cross) ? &spec.roles.at(AttentionRole::cross) : nullptr,
-        spec.at.count({AttentionRole::cross, layer}) ? &spec.at.at({AttentionRole::cross, layer}) : nullptr})
-    HEADROOM_CHECK(!own || !own->options.count("rope") || own->options.at("rope") == "false", "[make_attention] layer ",
-                   layer, " cross: rope=", own ? own->options.at("rope") : "",
-                   " asked for cross-attention, which is not "
-                   "rotated (RoPE applies to self-attention only)");
+  auto refuse_rope = [&](const AttentionChoice& own) {
+    auto rope = own.options.find("rope");
+    HEADROOM_CHECK(rope == own.options.end() || rope->second == "false", "[make_attention] layer ", layer,
+                   " cross: rope=", rope->second,
+                   " asked for cross-attention, which is not rotated (RoPE applies to self-attention only)");
+  };
+  if (auto role = spec.roles.find(AttentionRole::cross); role != spec.roles.end()) refuse_rope(role->second);
+  if (auto own = spec.at.find({AttentionRole::cross, layer}); own != spec.at.end()) refuse_rope(own->second);
   choice.options.erase("rope");
   choice.options.erase("rope_theta");
 }

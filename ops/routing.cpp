@@ -249,10 +249,6 @@ Tensor slot_dots(const Tensor& y, const Tensor& dout, const Tensor& position, in
 
 using kernels::GroupedRows;  // the rows a grouped GEMM reads (ops/kernels/routing.h)
 
-template <typename T> GroupedRows::Raw<T> raw_rows(const GroupedRows& x) {
-  return {x.data.data<T>(), x.data.size(1), data_or_null<int32_t>(x.order), x.k};
-}
-
 // The grouped GEMM on segments given by offsets [E + 1], w: [E, in, out]:
 //   x: [R, in] -> x[seg e] · w[e]: [R, out];  transpose_w: x: [R, out] -> x[seg e] · w[e]ᵀ: [R, in]
 Tensor segment_gemm(const GroupedRows& x, const Tensor& w, const Tensor& offsets, int64_t rows, bool transpose_w) {
@@ -273,7 +269,7 @@ Tensor segment_gemm(const GroupedRows& x, const Tensor& w, const Tensor& offsets
   dispatch_floating(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
     HEADROOM_CPU_KERNEL(segment_matmul)
-    (raw_rows<T>(a), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features, transpose_w, out.data<T>());
+    (a.raw<T>(), b.data<T>(), offsets.data<int32_t>(), w.size(0), in, out_features, transpose_w, out.data<T>());
   });
   return out;
 }
@@ -317,7 +313,7 @@ Tensor segment_gemm_weight_grad(const GroupedRows& x, const GroupedRows& dy, con
   dispatch_floating(dw.dtype(), [&](auto zero) {
     using T = decltype(zero);
     HEADROOM_CPU_KERNEL(segment_matmul_weight_grad)
-    (raw_rows<T>(a), raw_rows<T>(b), offsets.data<int32_t>(), w_shape[0], w_shape[1], w_shape[2], dw.data<T>());
+    (a.raw<T>(), b.raw<T>(), offsets.data<int32_t>(), w_shape[0], w_shape[1], w_shape[2], dw.data<T>());
   });
   return dw;
 }

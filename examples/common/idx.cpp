@@ -1,6 +1,7 @@
 #include "headroom/examples/common/idx.h"
 
 #include <algorithm>
+#include <fstream>
 #include <numeric>
 #include <utility>
 
@@ -21,10 +22,9 @@ uint32_t big_endian_u32(const std::string& bytes, size_t at) {
   return value;
 }
 
-}  // namespace
-
-IdxArray read_idx(const std::string& path) {
-  std::string bytes = read_regular_file(path, kMaxIdxBytes, "read_idx");
+// The shape the header at the start of `bytes` (the file, or at least its
+// header) gives; the header is 4 + 4 · dimensions bytes.
+std::vector<int64_t> header_shape(const std::string& bytes, const std::string& path) {
   HEADROOM_CHECK(bytes.size() >= 4, "[read_idx] ", path, ": ", bytes.size(),
                  " bytes, too short for the 4-byte IDX magic");
   auto byte = [&](size_t i) { return static_cast<int>(static_cast<unsigned char>(bytes[i])); };
@@ -33,11 +33,21 @@ IdxArray read_idx(const std::string& path) {
   HEADROOM_CHECK(byte(2) == kUnsignedByte, "[read_idx] ", path, ": unsupported element type 0x", std::hex, byte(2),
                  ", expected 0x08 (unsigned byte)");
   size_t ndim = static_cast<size_t>(byte(3));
-  size_t header = 4 + 4 * ndim;
+  const size_t header = 4 + 4 * ndim;
   HEADROOM_CHECK(bytes.size() >= header, "[read_idx] ", path, ": truncated header, expected ", header, " bytes for ",
                  ndim, " dimensions, got ", bytes.size());
+  std::vector<int64_t> shape;
+  for (size_t d = 0; d < ndim; ++d) shape.push_back(big_endian_u32(bytes, 4 + 4 * d));
+  return shape;
+}
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path) {
+  std::string bytes = read_regular_file(path, kMaxIdxBytes, "read_idx");
   IdxArray array;
-  for (size_t d = 0; d < ndim; ++d) array.shape.push_back(big_endian_u32(bytes, 4 + 4 * d));
+  array.shape = header_shape(bytes, path);
+  const size_t header = 4 + 4 * array.shape.size();
   // Elements the shape needs, capped at held + 1 (four u32 sizes can overflow 64 bits).
   uint64_t held = bytes.size() - header, needed = 1;
   for (int64_t dim : array.shape) {
@@ -50,6 +60,15 @@ IdxArray read_idx(const std::string& path) {
                  shape_str(array.shape), " elements the header describes");
   array.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return array;
+}
+
+std::vector<int64_t> read_idx_shape(const std::string& path) {
+  regular_file_size(path, kMaxIdxBytes, "read_idx");  // a FIFO or device is refused, never opened
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes(4 + 4 * 4, '\0');  // the longest header: 4 dimensions
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<size_t>(in.gcount()));
+  return header_shape(bytes, path);
 }
 
 ImageDataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,

@@ -34,6 +34,10 @@ struct IdxArray {
 // does not fit, and a file shorter or longer than its header says.
 IdxArray read_idx(const std::string& path);
 
+// The shape of the IDX file at `path` from its header alone (the elements
+// are not read), with read_idx's checks of the file and the header.
+std::vector<int64_t> read_idx_shape(const std::string& path);
+
 struct ImageDataset {
   Tensor images;  // f32 [N, C, H, W] in [0, 1]
   Tensor labels;  // i32 [N], each in [0, class_names.size())

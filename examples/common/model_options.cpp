@@ -1,7 +1,6 @@
 #include "headroom/examples/common/model_options.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -51,12 +50,6 @@ std::string describe_roles(const std::vector<std::pair<AttentionRole, int64_t>>&
   return text;
 }
 
-// Digits without a leading zero: an index as the checkpoint's keys write it.
-bool plain_index(const std::string& index) {
-  return !index.empty() && (index == "0" || index[0] != '0') &&
-         std::all_of(index.begin(), index.end(), [](unsigned char ch) { return std::isdigit(ch); });
-}
-
 // Refuses an --attn-set key the model would ignore or misread: a role it
 // lacks, a layer past its stack, an index not written plainly ("01", "-1"),
 // another form than [<role>.][layer.<i>.]type or ...option.<name>.
@@ -79,8 +72,11 @@ void check_attention_keys(const ModelConfig& c, const std::string& attn_set) {
     }
     if (rest.rfind("layer.", 0) == 0) {
       const std::string index = rest.substr(6, rest.find('.', 6) - 6);
-      if (!plain_index(index)) refuse("a layer index is written 0, 1, 2, ..., got '" + index + "'");
-      if (index.size() > 9 || std::stoll(index) >= layers) refuse("layer " + index + " is past the last layer");
+      // Written as the checkpoint's keys write it: digits, no sign, no leading zero.
+      const std::optional<uint64_t> layer = parse_uint64(index);
+      if (!layer || std::to_string(*layer) != index)
+        refuse("a layer index is written 0, 1, 2, ..., got '" + index + "'");
+      if (*layer >= uint64_t(layers)) refuse("layer " + index + " is past the last layer");
       rest = rest.substr(std::min(rest.size(), 7 + index.size()));
     }
     if (rest != "type" && (rest.rfind("option.", 0) != 0 || rest.size() == 7))
@@ -200,7 +196,8 @@ struct Footprint {
 Footprint attention_footprint(const AttentionChoice& choice, const ModelConfig& c) {
   const double d = double(c.dim);
   if (choice.type == "moa") {
-    const double experts = size_option(choice, "experts", 8), k = size_option(choice, "k", 2);
+    const double experts = size_option(choice, "experts", MoAConfig().num_experts);
+    const double k = size_option(choice, "k", MoAConfig().k);
     const double width = size_option(choice, "head_dim", c.dim / c.heads);
     // E query and output experts, one shared K and V, the router (its logits, probabilities and gates per token).
     return {2 * experts * d * width + 2 * d * width + d * experts, 4 * k * width + 4 * width + 3 * experts};

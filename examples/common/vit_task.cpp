@@ -3,12 +3,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "headroom/core/grad_mode.h"
 #include "headroom/core/atomic_file.h"
-#include "headroom/core/read_file.h"
 #include "headroom/examples/common/idx.h"
 #include "headroom/examples/common/image_folder.h"
 #include "headroom/examples/common/plot.h"
@@ -59,18 +57,11 @@ ImageSplits load_images(const VitOptions& vit, uint64_t seed) {
 
 // The [C, H, W] of the IDX images at `path` ([N, H, W] or [N, H, W, C]) from
 // their header alone, so that the memory is estimated before the images are
-// read; zeros for a header that is not one (read_idx then says why).
+// read; zeros for another shape (load_idx_dataset then says why).
 Shape idx_image_shape(const std::string& path) {
-  regular_file_size(path, kMaxIdxBytes, "read_idx");  // a FIFO or device is refused, never opened
-  std::ifstream in(path, std::ios::binary);
-  unsigned char header[20] = {};
-  in.read(reinterpret_cast<char*>(header), sizeof header);
-  auto size = [&](int at) {
-    return int64_t(header[at]) << 24 | int64_t(header[at + 1]) << 16 | int64_t(header[at + 2]) << 8 | header[at + 3];
-  };
-  const int dims = header[3];
-  if (header[0] != 0 || header[1] != 0 || (dims != 3 && dims != 4)) return {0, 0, 0};
-  return {dims == 4 ? size(16) : 1, size(8), size(12)};
+  const std::vector<int64_t> shape = read_idx_shape(path);
+  if (shape.size() != 3 && shape.size() != 4) return {0, 0, 0};
+  return {shape.size() == 4 ? shape[3] : 1, shape[1], shape[2]};
 }
 
 // The model config of a ViT run before its images are read, and its tokens

@@ -29,6 +29,8 @@ struct GroupedRows {
     int64_t k = 1;
     HEADROOM_HOST_DEVICE const T* row(int64_t r) const { return data + (order ? int64_t(order[r] / k) : r) * width; }
   };
+  // The rows as the kernels take them (data: [R or N, width], on the host or the device).
+  template <typename T> Raw<T> raw() const { return {data.data<T>(), data.size(1), data_or_null<int32_t>(order), k}; }
 };
 
 // What a checked index selects, for the message of a bad one.
