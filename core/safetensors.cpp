@@ -258,9 +258,21 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t bytes) {
   return ~crc;
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+namespace {
+
+// A file's header, parsed and checked (the layout, the header's checksum
+// where recorded), with the stream placed after it.
+struct Header {
+  SafetensorsFile file;  // the path and metadata, the checksum entries still in; no tensors yet
+  std::vector<Entry> entries;
+  std::vector<size_t> file_order;  // entries in the order of their data
+  uint64_t data_start = 0;
+  bool header_checked = false;  // its checksum was recorded (and matched)
+};
+
+Header read_header(std::ifstream& in, const std::string& path) {
   const uint64_t file_bytes = regular_file_size(path, kMaxFileBytes, "safetensors");  // no FIFO, device or folder
-  std::ifstream in(path, std::ios::binary);
+  in.open(path, std::ios::binary);
   HEADROOM_CHECK(in.is_open(), "[safetensors] cannot open ", path, ": ", std::strerror(errno));
   HEADROOM_CHECK(file_bytes >= 8, "[safetensors] file is ", file_bytes,
                  " bytes, too short for the 8-byte header length: ", path);
@@ -278,30 +290,49 @@ SafetensorsFile load_safetensors(const std::string& path) {
   json::Value root = json::parse(header, "the safetensors header of " + path);
   HEADROOM_CHECK(root.kind() == json::Value::Kind::object, "[safetensors] header is ", json::kind_name(root.kind()),
                  ", expected an object: ", path);
-  SafetensorsFile file;
-  file.path = path;
-  std::vector<Entry> entries;  // duplicate names were refused by the JSON parser
-  for (const auto& [name, value] : root.as_object()) {
-    if (name == "__metadata__") file.metadata = parse_metadata(value, path);
-    else entries.push_back(parse_entry(name, value, path));
+  Header h;
+  h.file.path = path;
+  for (const auto& [name, value] : root.as_object()) {  // duplicate names were refused by the JSON parser
+    if (name == "__metadata__") h.file.metadata = parse_metadata(value, path);
+    else h.entries.push_back(parse_entry(name, value, path));
   }
-  const uint64_t data_start = 8 + header_bytes;
-  std::vector<size_t> file_order = check_layout(entries, file_bytes - data_start, path);
+  h.data_start = 8 + header_bytes;
+  h.file_order = check_layout(h.entries, file_bytes - h.data_start, path);
 
   json::Members by_name;
-  for (const Entry& e : entries) by_name.emplace_back(e.name, entry_json(e.dtype.name, e.shape, e.begin, e.end));
+  for (const Entry& e : h.entries) by_name.emplace_back(e.name, entry_json(e.dtype.name, e.shape, e.begin, e.end));
   std::sort(by_name.begin(), by_name.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  const bool header_checked =
-      verify_checksum(file.metadata, kHeaderChecksumKey, header_crc(by_name, file.metadata), "header", path);
+  h.header_checked =
+      verify_checksum(h.file.metadata, kHeaderChecksumKey, header_crc(by_name, h.file.metadata), "header", path);
+  return h;
+}
 
-  std::vector<Tensor> tensors(entries.size());
-  uint32_t crc = 0;
-  for (size_t i : file_order) tensors[i] = read_tensor(in, data_start, entries[i], path, crc);
-  file.checksummed = verify_checksum(file.metadata, kChecksumKey, crc, "tensor data", path) && header_checked;
+// The metadata without the checksum entries, which the loaders hand on checked.
+void drop_checksum_entries(SafetensorsFile& file) {
   file.metadata.erase(kChecksumKey);
   file.metadata.erase(kHeaderChecksumKey);
-  for (size_t i = 0; i < entries.size(); ++i) file.tensors.emplace_back(entries[i].name, tensors[i]);
-  return file;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::ifstream in;
+  Header h = read_header(in, path);
+  std::vector<Tensor> tensors(h.entries.size());
+  uint32_t crc = 0;
+  for (size_t i : h.file_order) tensors[i] = read_tensor(in, h.data_start, h.entries[i], path, crc);
+  h.file.checksummed = verify_checksum(h.file.metadata, kChecksumKey, crc, "tensor data", path) && h.header_checked;
+  drop_checksum_entries(h.file);
+  for (size_t i = 0; i < h.entries.size(); ++i) h.file.tensors.emplace_back(h.entries[i].name, tensors[i]);
+  return std::move(h.file);
+}
+
+SafetensorsFile load_safetensors_header(const std::string& path) {
+  std::ifstream in;
+  Header h = read_header(in, path);
+  h.file.checksummed = h.header_checked && h.file.metadata.count(kChecksumKey) > 0;
+  drop_checksum_entries(h.file);
+  return std::move(h.file);
 }
 
 bool SafetensorsFile::contains(const std::string& name) const {

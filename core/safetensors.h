@@ -50,6 +50,13 @@ struct SafetensorsFile {
 // `metadata`; `checksummed` says whether both were there.
 SafetensorsFile load_safetensors(const std::string& path);
 
+// The header alone, with load_safetensors's checks of it (the header's
+// CRC-32 where recorded): the metadata, no tensors, and `checksummed` when
+// both checksums are recorded and the header's matched.  The data is not
+// read, so its CRC-32 is checked by load_safetensors only: for reading a
+// checkpoint's settings without reading its tensors.
+SafetensorsFile load_safetensors_header(const std::string& path);
+
 // CRC-32 of `bytes` bytes at `data` (zlib's polynomial, as Python's
 // zlib.crc32), continued from `crc` (0 to start): the checksum of the data
 // section above, and of a model's parameters across data-parallel ranks.

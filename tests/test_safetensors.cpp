@@ -205,6 +205,26 @@ TEST_CASE("safetensors: a same-length edit of the header, or a deleted data chec
                         "the metadata key headroom.header_crc32 is reserved");
 }
 
+TEST_CASE("safetensors: load_safetensors_header reads the metadata alone, with the header's checks") {
+  TempDir dir("st_header_only");
+  const std::string path = dir.file("model.safetensors");
+  save_safetensors(path, {{"w", Tensor::arange(64)}}, {{"train.step", "4"}});
+  const SafetensorsFile header = load_safetensors_header(path);
+  CHECK(header.metadata == std::map<std::string, std::string>{{"train.step", "4"}});
+  CHECK(header.checksummed);
+  CHECK(header.tensors.empty());
+  const std::string bytes = read_bytes(path);
+  auto written = [&](const std::string& text) { std::ofstream(path, std::ios::binary | std::ios::trunc) << text; };
+  written(edited(bytes, R"("train.step":"4")", R"("train.step":"5")"));
+  CHECK_THROWS_HEADROOM(load_safetensors_header(path), "the header is corrupt: its CRC-32 is ");
+  // A flipped bit in the data is past what it reads: load_safetensors finds it.
+  std::string flipped = bytes;
+  flipped.back() = char(flipped.back() ^ 1);
+  written(flipped);
+  CHECK(load_safetensors_header(path).checksummed);
+  CHECK_THROWS_HEADROOM(load_safetensors(path), "the tensor data is corrupt");
+}
+
 TEST_CASE("safetensors: a flipped bit in the tensor data is found by the checksum") {
   TempDir dir("st_crc");
   std::string path = dir.file("model.safetensors");

@@ -210,9 +210,11 @@ void save_checkpoint(TrainTask& task, const Optimization& optimization, const Tr
 }
 
 // A checkpoint that cannot be read names the one kept before it, if any.
-SafetensorsFile load_checkpoint_file(const std::string& dir) {
+// `load`: load_safetensors, or load_safetensors_header for its settings alone.
+SafetensorsFile load_checkpoint_file(const std::string& dir,
+                                     SafetensorsFile (*load)(const std::string&) = load_safetensors) {
   try {
-    return load_safetensors(checkpoint_path(dir));
+    return load(checkpoint_path(dir));
   } catch (const Error& error) {
     std::error_code ignored;
     if (!std::filesystem::is_regular_file(previous_checkpoint_path(dir), ignored)) throw;
@@ -414,7 +416,7 @@ class TrainingLoop {
 }  // namespace
 
 StringMap read_checkpoint_metadata(const std::string& ckpt_dir) {
-  SafetensorsFile file = load_checkpoint_file(ckpt_dir);
+  SafetensorsFile file = load_checkpoint_file(ckpt_dir, load_safetensors_header);  // the tensors are not read
   check_checkpoint(file);
   return file.metadata;
 }

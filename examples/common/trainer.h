@@ -254,6 +254,8 @@ std::string previous_checkpoint_path(const std::string& ckpt_dir);
 
 // The metadata of DIR/checkpoint.safetensors (checked to be a training
 // checkpoint): the model config, "task."-prefixed task entries, "train." entries.
+// Its header alone is read (load_safetensors_header), whose checksum covers
+// them; the tensors are read, and their checksum checked, when the run loads them.
 StringMap read_checkpoint_metadata(const std::string& ckpt_dir);
 // The task's own entries of a checkpoint's metadata, without their "task." prefix.
 StringMap task_metadata(const StringMap& metadata);
