@@ -187,6 +187,15 @@ TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes 
   CHECK_THROWS_HEADROOM(run_mt(given, contradicting.model, resume), refusal.c_str());
   ModelCommandLine agreeing({"--bpe-merges", "30"}, [&](Flags& f) { add_mt_flags(f, given); });
   CHECK(run_mt(given, agreeing.model, resume).steps == 8);
+  // --max-tokens comes from the checkpoint (its max_len - 1) unless given; --resume refuses another.
+  MtOptions lengths = mt;
+  lengths.max_tokens = MtOptions().max_tokens;
+  ModelCommandLine no_flags({}, [&](Flags& f) { add_mt_flags(f, lengths); });
+  settle_mt_options(no_flags.flags, lengths, resume);
+  CHECK(lengths.max_tokens == 16);
+  ModelCommandLine other({"--max-tokens", "12"}, [&](Flags& f) { add_mt_flags(f, lengths); });
+  CHECK_THROWS_HEADROOM(settle_mt_options(other.flags, lengths, resume),
+                        "--max-tokens 12 differs from the 16 that the checkpoint");
 }
 
 TEST_CASE("run_vit trains on a folder of class subfolders and reports accuracy and the confusion matrix") {
@@ -207,6 +216,16 @@ TEST_CASE("run_vit trains on a folder of class subfolders and reports accuracy a
   CHECK(s.metric("test_accuracy") <= 1);
   for (const char* file : {"confusion.csv", "confusion.png", "routing_by_class.csv", "load_by_class.png", "loss.png"})
     CHECK_MESSAGE(exists(dir.file(std::string("run/") + file)), file);
+  // --image-size comes from the checkpoint unless given; --eval-only refuses another (the patch grid is fixed).
+  TrainOptions eval_only = few_steps(dir.file("run"));
+  eval_only.eval_only = true;
+  VitOptions sized = vit;
+  sized.image_size = VitOptions().image_size;
+  ModelCommandLine no_flags({}, [&](Flags& f) { add_vit_flags(f, sized); });
+  settle_vit_options(no_flags.flags, sized, eval_only);
+  CHECK(sized.image_size == 8);
+  ModelCommandLine other({"--image-size", "16", "--images", vit.images}, [&](Flags& f) { add_vit_flags(f, sized); });
+  CHECK_THROWS_HEADROOM(settle_vit_options(other.flags, sized, eval_only), "its model takes only 8");
 }
 
 TEST_CASE("compare's method presets stay within 2% of MHA's parameters at the binaries' defaults") {
