@@ -390,13 +390,40 @@ TEST_CASE("RoutingRecorder: a MoH layer's shared head has density 1; CSV and JSO
   }
 }
 
-TEST_CASE("routing report: the PMI table is written only when most top lists rank their tokens") {
-  using headroom::examples::pmi_tables_inform;
+TEST_CASE("routing report: pmi.md's cell says what each head's top tokens by PMI show, ties and absences included") {
+  using headroom::examples::top_tokens_text;
   const std::vector<std::pair<int32_t, double>> tie{{3, 0.0}, {4, 0.0}, {5, 0.0}}, ranked{{3, 1.2}, {4, 0.7}, {5, 0.1}};
-  CHECK(!pmi_tables_inform({}));
-  CHECK(!pmi_tables_inform({tie, tie, tie}));     // e.g. MoH's shared heads: PMI 0 for every token
-  CHECK(!pmi_tables_inform({tie, tie, ranked}));  // mostly ties
-  CHECK(!pmi_tables_inform({{{3, 0.5}}}));        // one token ranks nothing
-  CHECK(pmi_tables_inform({tie, ranked}));
-  CHECK(pmi_tables_inform({ranked, ranked, tie}));
+  auto name = [](int32_t token) { return std::string(1, char('a' + token)); };
+  CHECK(top_tokens_text(ranked, 40, name) == "d (1.20), e (0.70), f (0.10)");
+  CHECK(top_tokens_text({{3, 0.5}}, 6, name) == "d (0.50)");  // one token chosen often enough
+  CHECK(top_tokens_text(tie, 40, name) == "no token stands out: PMI 0.00 for each");  // e.g. MoH's shared heads
+  CHECK(top_tokens_text({}, 0, name) == "never chosen");                               // a collapsed router's expert
+  CHECK(top_tokens_text({}, 3, name) == "no token chosen 5 times");
+}
+
+TEST_CASE("routing report: load_by_class.png shows every routed layer, each head named by its layer from 0") {
+  // Layer 0 dense; layer 1: E = 3, k = 2 over rows 0-3; layer 2: E = 2, k = 1.
+  std::vector<RoutingStats> stats = two_layers();
+  stats.push_back(routed({0, 1, 1, 1}, 1, {1, 0, 0, 1, 0, 1, 0, 1}, 2));
+  std::vector<RoutingRecorder> per_class(2);
+  per_class[0].add(stats, Tensor(), Tensor::from_vector(std::vector<uint8_t>{1, 1, 0, 0}));
+  per_class[1].add(stats, Tensor(), Tensor::from_vector(std::vector<uint8_t>{0, 0, 1, 1}));
+  const examples::Heatmap heat = examples::class_load_heatmap(per_class, {"cat", "dog"});
+  CHECK(heat.rows == std::vector<std::string>{"cat", "dog"});
+  CHECK(heat.cols == std::vector<std::string>{"L1 h0", "L1 h1", "L1 h2", "L2 h0", "L2 h1"});
+  // Rows 0-1 chose {0, 1}, {1, 2} and 0, 1; rows 2-3 chose {0, 2}, {0, 1} and 1, 1.
+  CHECK(heat.values[0] == std::vector<double>{0.5, 1.0, 0.5, 0.5, 0.5});
+  CHECK(heat.values[1] == std::vector<double>{1.0, 0.5, 0.5, 0.0, 1.0});
+}
+
+TEST_CASE("routing report: gates.png's note names MoH's scaling=code bound on the gates, else [0, 1]") {
+  ModelConfig c;
+  c.vocab = 16, c.dim = 16, c.heads = 8, c.decoder_layers = 1, c.ffn_hidden = 16;
+  c.attention = {"moh", {{"shared_heads", "2"}, {"routed_k", "3"}}};
+  CHECK(examples::gate_scale_note(DecoderLM(c)).find("each at most 2 max(K_r, h_s) = 6") !=
+        std::string::npos);
+  c.attention.options["scaling"] = "paper";
+  CHECK(examples::gate_scale_note(DecoderLM(c)) == "every gate lies in [0, 1]: router probabilities or 0/1 choices");
+  c.attention = {"moa", {}};
+  CHECK(examples::gate_scale_note(DecoderLM(c)) == "every gate lies in [0, 1]: router probabilities or 0/1 choices");
 }

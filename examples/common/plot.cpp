@@ -165,6 +165,7 @@ struct Frame {
   std::string title, x_label, y_label;
   std::vector<std::string> y_tick_labels;  // the widest sets the left margin
   int right_reserve = 0;                   // legend or colour bar
+  std::string note;                        // a line in small type under the title (BarChart::note)
 };
 
 int widest(const std::vector<std::string>& labels, int scale) {
@@ -180,9 +181,9 @@ struct FittedTitle {
   int scale = kTitleScale;
 };
 
-FittedTitle fit_title(const std::string& title, int width) {
+FittedTitle fit_title(const std::string& title, int width, int largest_scale = kTitleScale) {
   const int room = width - 2 * kMargin;
-  for (int scale = kTitleScale; scale >= 1; --scale)
+  for (int scale = largest_scale; scale >= 1; --scale)
     if (Canvas::text_width(title, scale) <= room) return {title, scale};
   std::string cut = title;
   while (!cut.empty() && Canvas::text_width(cut + "...", 1) > room) cut.pop_back();
@@ -194,6 +195,7 @@ Rect layout(const Canvas& canvas, const Frame& frame, const std::string& chart, 
   Rect area;
   const int title_height = Canvas::text_height(fit_title(frame.title, canvas.width()).scale);
   area.top = kMargin + (frame.title.empty() ? line / 2 : title_height + kGap);
+  if (!frame.note.empty()) area.top += Canvas::text_height(1) + kGap;
   area.left =
       kMargin + (frame.y_label.empty() ? 0 : line + kGap) + widest(frame.y_tick_labels, kTextScale) + kTick + kGap / 2;
   area.bottom = canvas.height() - kMargin - (frame.x_label.empty() ? 0 : line + kGap) - line - kTick - kGap / 2;
@@ -209,6 +211,11 @@ void draw_labels(Canvas& canvas, const Rect& area, const Frame& frame) {
   const FittedTitle title = fit_title(frame.title, canvas.width());
   canvas.text((canvas.width() - Canvas::text_width(title.text, title.scale)) / 2, kMargin, title.text, kInk,
               title.scale);
+  if (!frame.note.empty()) {
+    const FittedTitle note = fit_title(frame.note, canvas.width(), 1);
+    const int below_title = kMargin + Canvas::text_height(title.scale) + kGap / 2;
+    canvas.text((canvas.width() - Canvas::text_width(note.text, 1)) / 2, below_title, note.text, kInk, 1);
+  }
   canvas.text(area.left + (area.width() - Canvas::text_width(frame.x_label, kTextScale)) / 2,
               canvas.height() - kMargin - line, frame.x_label, kInk, kTextScale);
   canvas.text(kMargin, area.top + (area.height() - Canvas::text_width(frame.y_label, kTextScale)) / 2, frame.y_label,
@@ -495,7 +502,8 @@ Rect plot_bars(const std::string& path, const BarChart& chart) {
   const bool legend = chart.groups.size() > 1 || !chart.groups[0].name.empty();
 
   Canvas canvas(chart.width, chart.height);
-  const Frame frame{chart.title, chart.x_label, chart.y_label, tick_labels(y_axis), legend ? legend_width(names) : 0};
+  Frame frame{chart.title, chart.x_label, chart.y_label, tick_labels(y_axis), legend ? legend_width(names) : 0};
+  frame.note = chart.note;
   const Rect area = layout(canvas, frame, "plot_bars", path);
   draw_y_axis(canvas, area, y_axis);
   // Each category gets an equal slot; its bars fill the middle 80%, one per group.

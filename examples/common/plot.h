@@ -101,6 +101,7 @@ struct BarGroup {
 };
 struct BarChart {
   std::string title, x_label, y_label;
+  std::string note;  // optional: a line in small type under the title, e.g. what sets the axis' scale
   std::vector<std::string> categories;
   std::vector<BarGroup> groups;
   int width = 900, height = 560;

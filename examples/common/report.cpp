@@ -5,8 +5,10 @@
 #include <filesystem>
 
 #include "headroom/core/atomic_file.h"
+#include "headroom/examples/common/model_options.h"
 #include "headroom/examples/common/plot.h"
 #include "headroom/examples/common/progress.h"
+#include "headroom/models/moh.h"
 
 namespace headroom::examples {
 
@@ -89,9 +91,11 @@ void plot_load(const std::string& run_dir, const RoutingRecorder& recorder, cons
   plot_heatmap(run_dir + "/load_heatmap.png", heat);
 }
 
-// Gate histograms summed over layers: shared vs routed heads (MoH), or all.
-void plot_gates(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads,
+// Gate histograms summed over layers: shared vs routed heads (MoH), or all;
+// the note under the title says what sets the gates' scale.
+void plot_gates(const std::string& run_dir, const RoutingRecorder& recorder, const Module& model,
                 const std::string& label) {
+  const int64_t shared_heads = shared_head_count(model);
   std::vector<int64_t> layers = routed_layers(recorder);
   const size_t bins = recorder.histogram(layers.front(), 0).size();
   std::vector<double> shared(bins, 0), routed(bins, 0);
@@ -106,6 +110,7 @@ void plot_gates(const std::string& run_dir, const RoutingRecorder& recorder, int
   BarChart chart;
   chart.title = titled("gate values, all layers", run_dir, label);
   chart.x_label = "gate value (bin lower edge)", chart.y_label = "fraction of gates";
+  chart.note = gate_scale_note(model);
   for (size_t b = 0; b < bins; ++b) {
     char edge[16];
     std::snprintf(edge, sizeof edge, "%.2g", max_gate * double(b) / double(bins));
@@ -122,46 +127,43 @@ void plot_gates(const std::string& run_dir, const RoutingRecorder& recorder, int
   plot_bars(run_dir + "/gates.png", chart);
 }
 
-bool ranks_tokens(const std::vector<std::pair<int32_t, double>>& top) {
-  return top.size() >= 2 && top.front().second - top.back().second > 1e-6;
-}
-
-// pmi.md when the top lists say something (pmi_tables_inform), with the
-// experts whose top tokens rank; otherwise no pmi.md (an old one is removed).
+// pmi.md: every routed (layer, expert) with its assignments and what its top
+// tokens by PMI say (top_tokens_text).
 void write_pmi_table(const std::string& run_dir, const RoutingRecorder& recorder,
                      const std::function<std::string(int32_t)>& token_name, const std::string& stack) {
-  std::vector<std::vector<std::pair<int32_t, double>>> tops;
-  std::vector<std::pair<int64_t, int64_t>> owners;  // (layer, expert) of each list
+  std::vector<std::vector<std::string>> rows;
   for (int64_t l : routed_layers(recorder))
     for (int64_t e = 0; e < recorder.experts(l); ++e) {
-      tops.push_back(recorder.top_pmi(l, e, 8, 5));
-      owners.emplace_back(l, e);
+      const int64_t assignments = recorder.count(l, e);
+      const auto top = recorder.top_pmi(l, e, kPmiTopTokens, kPmiMinCount);
+      rows.push_back({layer_name(stack, l), std::to_string(e), std::to_string(assignments),
+                      top_tokens_text(top, assignments, token_name)});
     }
-  const std::string path = run_dir + "/pmi.md";
-  if (!pmi_tables_inform(tops)) {
-    std::filesystem::remove(path);
-    return;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (size_t i = 0; i < tops.size(); ++i) {
-    if (!ranks_tokens(tops[i])) continue;
-    const auto [l, e] = owners[i];
-    std::string tokens;
-    for (const auto& [token, pmi] : tops[i]) {
-      char score[16];
-      std::snprintf(score, sizeof score, " (%.2f)", pmi);
-      tokens += (tokens.empty() ? "" : ", ") + token_name(token) + score;
-    }
-    rows.push_back({layer_name(stack, l), std::to_string(e), std::to_string(recorder.count(l, e)), tokens});
-  }
-  write_file_atomically(path, markdown_table({"layer", "expert", "assignments", "top tokens by PMI"}, rows), "report");
+  const std::string table =
+      "Each head's / expert's top tokens by PMI, log p(token, expert) - log p(token) - log p(expert), among the "
+      "tokens it was chosen for at least " +
+      std::to_string(kPmiMinCount) + " times (models/stats.h).\n\n" +
+      markdown_table({"layer", "expert", "assignments", "top tokens by PMI"}, rows);
+  write_file_atomically(run_dir + "/pmi.md", table, "report");
 }
 
 }  // namespace
 
-bool pmi_tables_inform(const std::vector<std::vector<std::pair<int32_t, double>>>& top_lists) {
-  const auto ranked = std::count_if(top_lists.begin(), top_lists.end(), ranks_tokens);
-  return ranked > 0 && 2 * size_t(ranked) >= top_lists.size();
+std::string top_tokens_text(const std::vector<std::pair<int32_t, double>>& top, int64_t assignments,
+                            const std::function<std::string(int32_t)>& token_name) {
+  if (assignments == 0) return "never chosen";
+  if (top.empty()) return "no token chosen " + std::to_string(kPmiMinCount) + " times";
+  char score[32];
+  if (top.size() >= 2 && top.front().second - top.back().second <= 1e-6) {
+    std::snprintf(score, sizeof score, "%.2f", top.front().second);
+    return "no token stands out: PMI " + std::string(score) + " for each";
+  }
+  std::string tokens;
+  for (const auto& [token, pmi] : top) {
+    std::snprintf(score, sizeof score, " (%.2f)", pmi);
+    tokens += (tokens.empty() ? "" : ", ") + token_name(token) + score;
+  }
+  return tokens;
 }
 
 std::vector<LineSeries> loss_series(const LogRows& train_rows, const LogRows& eval_rows) {
@@ -192,15 +194,52 @@ void write_curve_plots(const std::string& run_dir, const std::string& metric, co
   plot_lines(run_dir + "/eval.png", chart);
 }
 
-void write_routing_report(const std::string& run_dir, const RoutingRecorder& recorder, int64_t shared_heads,
+std::string gate_scale_note(const Module& model) {
+  int64_t largest = 0;  // of K_r and h_s over the MoH layers whose gates the code's factors scale
+  for (const auto& moh : collect_modules<MoHAttention>(model)) {
+    const MoHConfig& c = moh->moh_config;
+    if (c.scaling == MoHConfig::GateScaling::code && c.router == MoHConfig::Router::learned)
+      largest = std::max({largest, c.routed_k, c.shared_heads});
+  }
+  if (largest == 0) return "every gate lies in [0, 1]: router probabilities or 0/1 choices";
+  return "gates past 1: MoH's scaling=code, a token's routed gates sum to a2 K_r, shared ones to a1 h_s, a1 + a2 = 2; "
+         "each at most 2 max(K_r, h_s) = " +
+         std::to_string(2 * largest);
+}
+
+void write_routing_report(const std::string& run_dir, const RoutingRecorder& recorder, const Module& model,
                           const std::function<std::string(int32_t)>& token_name, const std::string& label,
                           const std::string& stack) {
   if (routed_layers(recorder).empty()) return;
   recorder.write_json(run_dir + "/routing.json");
   recorder.write_csv(run_dir + "/routing.csv");
   plot_load(run_dir, recorder, label, stack);
-  plot_gates(run_dir, recorder, shared_heads, label);
-  write_pmi_table(run_dir, recorder, token_name, stack);
+  plot_gates(run_dir, recorder, model, label);
+  if (token_name) write_pmi_table(run_dir, recorder, token_name, stack);
+}
+
+bool has_routed_attention(const Module& model) {
+  for (const auto& layer : collect_modules<Attention>(model))
+    if (attention_choice(*layer).type != "mha") return true;
+  return false;
+}
+
+Heatmap class_load_heatmap(const std::vector<RoutingRecorder>& per_class, const std::vector<std::string>& class_names) {
+  const std::vector<int64_t> layers = routed_layers(per_class.front());
+  Heatmap heat;
+  heat.row_label = "true class";
+  heat.col_label = "head / expert of each layer (L1 h2: layer 1, head 2)";
+  heat.rows = class_names;
+  for (int64_t l : layers)
+    for (int64_t e = 0; e < per_class.front().experts(l); ++e)
+      heat.cols.push_back("L" + std::to_string(l) + " h" + std::to_string(e));
+  for (const RoutingRecorder& recorder : per_class) {
+    std::vector<double> row;
+    for (int64_t l : layers)
+      for (int64_t e = 0; e < recorder.experts(l); ++e) row.push_back(recorder.density(l, e));
+    heat.values.push_back(std::move(row));
+  }
+  return heat;
 }
 
 void write_class_routing_report(const std::string& run_dir, const std::vector<RoutingRecorder>& per_class,
@@ -213,17 +252,9 @@ void write_class_routing_report(const std::string& run_dir, const std::vector<Ro
         csv += class_names[c] + "," + std::to_string(l) + "," + std::to_string(e) + "," +
                std::to_string(per_class[c].density(l, e)) + "\n";
   write_file_atomically(run_dir + "/routing_by_class.csv", csv, "report");
-  const int64_t last = routed_layers(per_class.front()).back();
-  BarChart chart;
-  chart.title = titled("density per head, layer " + std::to_string(last) + ", by class", run_dir, label);
-  chart.x_label = "head / expert", chart.y_label = "density";
-  chart.categories = expert_names(per_class.front().experts(last));
-  for (size_t c = 0; c < per_class.size(); ++c) {
-    BarGroup group{class_names[c], {}};
-    for (int64_t e = 0; e < per_class[c].experts(last); ++e) group.values.push_back(per_class[c].density(last, e));
-    chart.groups.push_back(std::move(group));
-  }
-  plot_bars(run_dir + "/load_by_class.png", chart);
+  Heatmap heat = class_load_heatmap(per_class, class_names);
+  heat.title = titled("density by class, every layer", run_dir, label);
+  plot_heatmap(run_dir + "/load_by_class.png", heat);
 }
 
 }  // namespace headroom::examples
