@@ -47,12 +47,26 @@ ImageFormat sniff_format(const std::string& bytes, const std::string& path) {
   HEADROOM_FAIL("[load_image] ", path, " is not a PNG, JPEG or BMP file (its first bytes are none of theirs)");
 }
 
-// stb_image 2.27 (Debian 12's) overruns its Huffman arrays on a DHT segment
-// whose tables declare more than 256 codes (stb issue #1289, fixed in 2.28),
-// so the segments are checked here first: the markers are walked as stb walks
-// them, and every table must have class 0..1, id 0..3, at most 256 codes and
-// its values inside the segment.
-void check_jpeg_huffman_tables(const std::string& bytes, const std::string& path) {
+// Each side in [1, kMaxImageSide], read from the header before stb sees the
+// file: stb reports a header it refuses only as "unknown image type".
+void check_image_sides(const char* format, int64_t width, int64_t height, const std::string& path) {
+  HEADROOM_CHECK(width > 0, "[load_image] ", path, ": the ", format, " header gives width 0");
+  HEADROOM_CHECK(height > 0, "[load_image] ", path, ": the ", format, " header gives height 0");
+  HEADROOM_CHECK(width <= kMaxImageSide && height <= kMaxImageSide, "[load_image] ", path, " is a ", width, "x", height,
+                 " ", format, ", past the limit of ", kMaxImageSide, " pixels per side");
+}
+
+// A frame header (SOFn): every marker 0xC0..0xCF but DHT (C4), JPG (C8) and DAC (CC).
+bool is_jpeg_frame_header(unsigned char marker) {
+  return marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+}
+
+// The markers are walked as stb walks them.  A frame header's size must be
+// within the limits.  stb_image 2.27 (Debian 12's) overruns its Huffman arrays
+// on a DHT segment whose tables declare more than 256 codes (stb issue #1289,
+// fixed in 2.28), so every table must have class 0..1, id 0..3, at most 256
+// codes and its values inside the segment.
+void check_jpeg_segments(const std::string& bytes, const std::string& path) {
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   const size_t n = bytes.size();
   size_t pos = 2;  // after SOI
@@ -68,6 +82,8 @@ void check_jpeg_huffman_tables(const std::string& bytes, const std::string& path
     }
     if (marker == 0xD9) return;  // EOI
     const size_t end = std::min(n, pos + 2 + ((size_t(b[pos + 2]) << 8) | b[pos + 3]));
+    if (is_jpeg_frame_header(marker) && pos + 8 < end)  // length, precision, height, width (big-endian)
+      check_image_sides("JPEG", (b[pos + 7] << 8) | b[pos + 8], (b[pos + 5] << 8) | b[pos + 6], path);
     for (size_t t = pos + 4; marker == 0xC4 && t < end;) {  // DHT: tables until the segment's end
       size_t codes = 0;
       for (size_t i = 1; i <= 16 && t + i < end; ++i) codes += b[t + i];
@@ -80,14 +96,30 @@ void check_jpeg_huffman_tables(const std::string& bytes, const std::string& path
   }
 }
 
-// stb 2.27 calls memcpy(NULL, ..., 0) (undefined behaviour) when the first
-// IDAT chunk is empty; no encoder writes one, so such a file is refused.
-void check_first_png_data_chunk(const std::string& bytes, const std::string& path) {
+// The chunks up to the first IDAT (image data): the header (IHDR) gives the
+// size, checked against the limits, and the colour type; a palette image
+// (colour type 3) needs a PLTE chunk before its data.  stb 2.27 calls
+// memcpy(NULL, ..., 0) (undefined behaviour) when the first IDAT chunk is
+// empty; no encoder writes one, so such a file is refused.
+void check_png_chunks(const std::string& bytes, const std::string& path) {
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  auto be32 = [&](size_t pos) {
+    return (int64_t(b[pos]) << 24) | (int64_t(b[pos + 1]) << 16) | (int64_t(b[pos + 2]) << 8) | b[pos + 3];
+  };
+  int colour_type = -1;
+  bool has_palette = false;
   for (size_t pos = 8; pos + 8 <= bytes.size();) {  // chunks: length (big-endian), type, data, CRC
-    const size_t length = (size_t(b[pos]) << 24) | (size_t(b[pos + 1]) << 16) | (size_t(b[pos + 2]) << 8) | b[pos + 3];
+    const size_t length = size_t(be32(pos));
+    if (bytes.compare(pos + 4, 4, "IHDR") == 0 && length == 13 && pos + 21 <= bytes.size()) {
+      // IHDR's data: width and height (big-endian), bit depth, colour type, ...
+      check_image_sides("PNG", be32(pos + 8), be32(pos + 12), path);
+      colour_type = b[pos + 17];
+    }
+    has_palette = has_palette || bytes.compare(pos + 4, 4, "PLTE") == 0;
     if (bytes.compare(pos + 4, 4, "IDAT") == 0) {
       HEADROOM_CHECK(length > 0, "[load_image] ", path, " is a corrupt PNG: its first IDAT chunk is empty");
+      HEADROOM_CHECK(colour_type != 3 || has_palette, "[load_image] ", path,
+                     " is a corrupt PNG: a palette PNG (colour type 3) has no PLTE chunk before its image data");
       return;
     }
     pos += 12 + length;
@@ -101,8 +133,8 @@ Tensor load_image(const std::string& path, int channels) {
                  channels, ": ", path);
   const std::string bytes = read_regular_file(path, kMaxImageFileBytes, "load_image");
   const ImageFormat format = sniff_format(bytes, path);
-  if (format == ImageFormat::jpeg) check_jpeg_huffman_tables(bytes, path);
-  if (format == ImageFormat::png) check_first_png_data_chunk(bytes, path);
+  if (format == ImageFormat::jpeg) check_jpeg_segments(bytes, path);
+  if (format == ImageFormat::png) check_png_chunks(bytes, path);
   const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
   const int size = static_cast<int>(bytes.size());
   int width = 0, height = 0, file_channels = 0;

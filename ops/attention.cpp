@@ -164,6 +164,7 @@ Tensor routed_attention(const Tensor& q_rows, const Tensor& k, const Tensor& v, 
                  " tokens but B*T = ", k.size(0), "*", seq_len);
   const int64_t heads = plan.num_segments, d_h = q_rows.size(1);
   check_inputs(op, q_rows, k, v, k.size(0), heads, d_h, opts);
+  plan.check_usable(op, q_rows.device());
 
   AttentionProblem p = make_problem(k, heads, seq_len, d_h, opts);
   const bool shared_kv = k.size(1) == 1;
@@ -184,23 +185,17 @@ Tensor routed_attention(const Tensor& q_rows, const Tensor& k, const Tensor& v, 
     }
     return attention_rows(op, q_rows, k, v, std::move(p), opts.key_padding_mask, plan.position.contiguous());
   }
-  // One group per (segment = head, batch): a segment's rows are in token
-  // order, so each batch's rows form one run, sorted by position.  The groups
-  // are built on the host (a copy of the plan's offsets and order when it
-  // lives on the device).
+  // One group per (segment = head, batch): route() keeps a segment's rows in
+  // token order, so each batch's rows form one run, sorted by position.  The
+  // groups are built on the host (a copy of the plan's offsets and order when
+  // it lives on the device).
   p.positions.resize(plan.rows());
   const std::vector<int32_t> offsets = plan.offsets.to_vector<int32_t>(), order = plan.order.to_vector<int32_t>();
   for (int64_t head = 0; head < heads; ++head) {
     for (int64_t r = offsets[head]; r < offsets[head + 1]; ++r) {
       const int64_t token = order[r] / plan.k, batch = token / seq_len;
       p.positions[r] = int32_t(token % seq_len);
-      if (r == offsets[head] || batch != p.groups.back().batch) {
-        HEADROOM_CHECK(r == offsets[head] || batch > p.groups.back().batch, "[", op, "] rows of segment ", head,
-                       " are not in token order (row ", r, ")");
-        p.groups.push_back({r, r, batch, head});
-      }
-      HEADROOM_CHECK(p.positions[r] >= p.positions[std::max<int64_t>(r - 1, p.groups.back().row_begin)], "[", op,
-                     "] rows of segment ", head, " are not in token order (row ", r, ")");
+      if (r == offsets[head] || batch != p.groups.back().batch) p.groups.push_back({r, r, batch, head});
       p.groups.back().row_end = r + 1;
     }
   }

@@ -23,20 +23,45 @@ namespace headroom {
 
 namespace {
 
-// The plan's host helpers read its arrays directly.
-void check_host_plan(const Tensor& t, const char* helper) {
+// The plan's host helpers read its arrays directly, at a row in [0, rows).
+void check_host_row(const Tensor& t, const char* helper, int64_t r, int64_t rows) {
   HEADROOM_CHECK(t.device().is_cpu(), "[RoutePlan] ", helper, " reads the plan on the host, but it lives on ",
                  t.device(), "; copy its tensors to the CPU first");
+  HEADROOM_CHECK(r >= 0 && r < rows, "[RoutePlan] ", helper, ": row ", r, " is outside [0, ", rows, ")");
 }
 
 }  // namespace
 
+RoutePlan::RoutePlan(int64_t num_tokens, int64_t k, int64_t num_segments, Tensor offsets, Tensor order, Tensor position,
+                     Tensor segment, Tensor counts)
+    : num_tokens(num_tokens),
+      k(k),
+      num_segments(num_segments),
+      offsets(std::move(offsets)),
+      order(std::move(order)),
+      position(std::move(position)),
+      segment(std::move(segment)),
+      counts(std::move(counts)),
+      built_versions_(versions()) {}  // declared after the arrays, so they are set
+
+uint64_t RoutePlan::versions() const {
+  return offsets.version() + order.version() + position.version() + segment.version() + counts.version();
+}
+
+void RoutePlan::check_usable(const char* op, Device device) const {
+  HEADROOM_CHECK(order.device() == device, "[", op, "] the route plan is on ", order.device(),
+                 " but the inputs are on ", device);
+  HEADROOM_CHECK(versions() == built_versions_, "[", op,
+                 "] the route plan was written in place after route() built it, so its indices cannot be "
+                 "trusted; build it again with route()");
+}
+
 int64_t RoutePlan::token_of_row(int64_t r) const {
-  check_host_plan(order, "token_of_row");
+  check_host_row(order, "token_of_row", r, rows());
   return order.data<int32_t>()[r] / k;
 }
 int64_t RoutePlan::segment_of_row(int64_t r) const {
-  check_host_plan(segment, "segment_of_row");
+  check_host_row(segment, "segment_of_row", r, rows());
   return segment.data<int32_t>()[r];
 }
 
@@ -44,11 +69,7 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
   check_dtype("route", indices, DType::i32, "indices");
   HEADROOM_CHECK(indices.dim() == 2, "[route] expected indices of shape [N, k], got ", shape_str(indices.shape()));
   HEADROOM_CHECK(num_segments >= 1, "[route] number of segments must be >= 1, got ", num_segments);
-  RoutePlan plan;
-  plan.num_tokens = indices.size(0);
-  plan.k = indices.size(1);
-  plan.num_segments = num_segments;
-  const int64_t pairs = plan.rows();
+  const int64_t tokens = indices.size(0), k = indices.size(1), pairs = tokens * k;
   if (!indices.device().is_cpu()) {
     // Built on the device with no host synchronisation.  The range check runs
     // there too and reports a bad index at a later call (cuda/routing.cu says
@@ -58,22 +79,21 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
     const Device device = indices.device();
     Tensor chosen = Tensor::empty({pairs}, DType::i32, device);  // pair p -> segment
     kernels::device_kernels(indices).routing->check_indices(indices.contiguous().reshape({pairs}), num_segments,
-                                                            kernels::IndexUse::route_segment, plan.k, chosen);
-    plan.offsets = Tensor::empty({num_segments + 1}, DType::i32, device);
-    plan.order = Tensor::empty({pairs}, DType::i32, device);
-    plan.position = Tensor::empty({pairs}, DType::i32, device);
-    plan.segment = Tensor::empty({pairs}, DType::i32, device);
-    plan.counts = Tensor::empty({num_segments}, DType::i32, device);
-    kernels::device_kernels(indices).routing->route(chosen, num_segments, plan.offsets, plan.order, plan.position,
-                                                    plan.segment, plan.counts);
-    return plan;
+                                                            kernels::IndexUse::route_segment, k, chosen);
+    Tensor offsets = Tensor::empty({num_segments + 1}, DType::i32, device);
+    Tensor order = Tensor::empty({pairs}, DType::i32, device);
+    Tensor position = Tensor::empty({pairs}, DType::i32, device);
+    Tensor segment = Tensor::empty({pairs}, DType::i32, device);
+    Tensor counts = Tensor::empty({num_segments}, DType::i32, device);
+    kernels::device_kernels(indices).routing->route(chosen, num_segments, offsets, order, position, segment, counts);
+    return RoutePlan(tokens, k, num_segments, offsets, order, position, segment, counts);
   }
   std::vector<int32_t> chosen = indices.to_vector<int32_t>();  // pair p -> segment
 
   // 1. histogram   2. exclusive prefix sum   3. stable scatter in pair order.
   std::vector<int32_t> counts(num_segments, 0);
   for (int64_t p = 0; p < pairs; ++p) {
-    HEADROOM_CHECK(chosen[p] >= 0 && chosen[p] < num_segments, "[route] index ", chosen[p], " of token ", p / plan.k,
+    HEADROOM_CHECK(chosen[p] >= 0 && chosen[p] < num_segments, "[route] index ", chosen[p], " of token ", p / k,
                    " is outside [0, ", num_segments, ")");
     ++counts[chosen[p]];
   }
@@ -87,32 +107,11 @@ RoutePlan route(const Tensor& indices, int64_t num_segments) {
     position[p] = r;
     segment[r] = chosen[p];
   }
-  plan.offsets = Tensor::from_vector(offsets);
-  plan.order = Tensor::from_vector(order);
-  plan.position = Tensor::from_vector(position);
-  plan.segment = Tensor::from_vector(segment);
-  plan.counts = Tensor::from_vector(counts);
-  return plan;
+  return RoutePlan(tokens, k, num_segments, Tensor::from_vector(offsets), Tensor::from_vector(order),
+                   Tensor::from_vector(position), Tensor::from_vector(segment), Tensor::from_vector(counts));
 }
 
 namespace {
-
-// A plan's tensors must be the i32 arrays route() makes, sized by its counts,
-// on the inputs' device.
-void check_plan(const char* op, const RoutePlan& plan, Device device) {
-  const std::vector<std::pair<const Tensor*, int64_t>> expected = {{&plan.offsets, plan.num_segments + 1},
-                                                                   {&plan.order, plan.rows()},
-                                                                   {&plan.position, plan.rows()},
-                                                                   {&plan.segment, plan.rows()},
-                                                                   {&plan.counts, plan.num_segments}};
-  for (const auto& [t, numel] : expected) {
-    HEADROOM_CHECK(t->defined() && t->dtype() == DType::i32 && t->is_contiguous() && t->numel() == numel, "[", op,
-                   "] the route plan (", plan.num_tokens, " tokens, k=", plan.k, ", ", plan.num_segments,
-                   " segments) is not one route() built for these sizes");
-    HEADROOM_CHECK(t->device() == device, "[", op, "] the route plan is on ", t->device(), " but the inputs are on ",
-                   device);
-  }
-}
 
 // Checks that gates are [N, k] of y's dtype (or undefined, meaning all ones).
 void check_gates(const char* op, const Tensor& gates, const Tensor& y, const RoutePlan& plan) {
@@ -325,7 +324,7 @@ void check_segment_weight(const char* op, const Tensor& x, const char* x_name, c
   check_same_device(op, {x, weight});
   check_floating(op, x, x_name);
   check_dtype(op, weight, x.dtype(), "weight");
-  check_plan(op, plan, x.device());
+  plan.check_usable(op, x.device());
   HEADROOM_CHECK(weight.dim() == 3, "[", op, "] expected weights of shape [E, in, out], got ",
                  shape_str(weight.shape()));
   HEADROOM_CHECK(weight.size(0) == plan.num_segments, "[", op, "] the plan has ", plan.num_segments,
@@ -464,7 +463,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& indices) {
 
 Tensor gather_rows(const Tensor& x, const RoutePlan& plan) {
   check_floating("gather_rows", x);
-  check_plan("gather_rows", plan, x.device());
+  plan.check_usable("gather_rows", x.device());
   HEADROOM_CHECK(x.dim() == 2 && x.size(0) == plan.num_tokens, "[gather_rows] expected x of shape [", plan.num_tokens,
                  ", D] for a plan of ", plan.num_tokens, " tokens, got ", shape_str(x.shape()));
   // x: [N, D]  ->  grouped: [N*k, D]
@@ -480,7 +479,7 @@ Tensor gather_rows(const Tensor& x, const RoutePlan& plan) {
 
 Tensor scatter_add_rows(const Tensor& y_grouped, const Tensor& gates, const RoutePlan& plan) {
   check_floating("scatter_add_rows", y_grouped, "y_grouped");
-  check_plan("scatter_add_rows", plan, y_grouped.device());
+  plan.check_usable("scatter_add_rows", y_grouped.device());
   HEADROOM_CHECK(y_grouped.dim() == 2 && y_grouped.size(0) == plan.rows(),
                  "[scatter_add_rows] expected y_grouped of shape [", plan.rows(), ", D] for a plan of ",
                  plan.num_tokens, " tokens with k=", plan.k, ", got ", shape_str(y_grouped.shape()));

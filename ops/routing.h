@@ -18,19 +18,36 @@ namespace headroom {
 //
 // All tensors are i32 on the indices' device.  A plan is integers only: it has
 // no gradient.
-struct RoutePlan {
-  int64_t num_tokens = 0;    // N
-  int64_t k = 0;             // slots per token
-  int64_t num_segments = 0;  // E
-  Tensor offsets;            // [E + 1]
-  Tensor order;              // [N * k]
-  Tensor position;           // [N * k]
-  Tensor segment;            // [N * k]: the segment of grouped row r
-  Tensor counts;             // [E]: rows per segment (empty segments allowed)
+//
+// Only route() builds a plan (the constructor is private and the fields
+// const), so the invariants above hold and the ops index with a plan without
+// a pass over it, on any device.  An op refuses a plan whose arrays were
+// written in place after route() built them: their storage versions changed.
+class RoutePlan {
+ public:
+  const int64_t num_tokens;    // N
+  const int64_t k;             // slots per token
+  const int64_t num_segments;  // E
+  const Tensor offsets;        // [E + 1]
+  const Tensor order;          // [N * k]
+  const Tensor position;       // [N * k]
+  const Tensor segment;        // [N * k]: the segment of grouped row r
+  const Tensor counts;         // [E]: rows per segment (empty segments allowed)
 
   int64_t rows() const { return num_tokens * k; }
-  int64_t token_of_row(int64_t r) const;  // CPU helpers for loops and tests
+  int64_t token_of_row(int64_t r) const;  // CPU helpers for loops and tests, r in [0, rows())
   int64_t segment_of_row(int64_t r) const;
+  // Throws unless op may use the plan with tensors on `device`: the plan lives
+  // there and its arrays are as route() built them.
+  void check_usable(const char* op, Device device) const;
+
+ private:
+  friend RoutePlan route(const Tensor& indices, int64_t num_segments);
+  RoutePlan(int64_t num_tokens, int64_t k, int64_t num_segments, Tensor offsets, Tensor order, Tensor position,
+            Tensor segment, Tensor counts);
+  uint64_t versions() const;  // the sum of the arrays' storage versions, which only grow
+
+  const uint64_t built_versions_;  // versions() when route() built the plan
 };
 
 // indices: i32 [N, k] with values in [0, E).  Throws on out-of-range values;

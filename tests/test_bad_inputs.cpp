@@ -485,19 +485,25 @@ TEST_CASE("bad inputs: train_demo exits 2 or 1 with a clear message for every ba
                   {{"--resume", data.dir.file("folder")}, 1, "folder is a directory, expected a regular file"},
               },
               data.dir);
-  // The environment is checked as strictly as the flags.
+  // The environment is checked as strictly as the flags: one step of train_demo
+  // with `variable` set to `value` exits with `status`, its message holding `expected`.
   const std::string demo = std::string(HEADROOM_EXAMPLES_BIN_DIR) + "/train_demo";
-  for (const char* threads : {"4294967297", "abc", "0", "", " 2", "+2", "2 "}) {
-    const std::string command = "HEADROOM_NUM_THREADS='" + std::string(threads) + "' timeout 30 " + demo +
-                                " --steps 1 > /dev/null 2> " + data.dir.file("stderr.txt");
+  auto check_env = [&](const std::string& variable, const std::string& value, int status, const std::string& expected) {
+    const std::string command =
+        variable + "='" + value + "' timeout 30 " + demo + " --steps 1 > /dev/null 2> " + data.dir.file("stderr.txt");
     const int raw = std::system(command.c_str());
     CAPTURE(command);
     REQUIRE(WIFEXITED(raw));
-    CHECK(WEXITSTATUS(raw) == 1);
-    CHECK(file_text(data.dir.file("stderr.txt"))
-              .find("HEADROOM_NUM_THREADS='" + std::string(threads) + "' must be a whole number from 1 to 1024") !=
-          std::string::npos);
-  }
+    CHECK(WEXITSTATUS(raw) == status);
+    CHECK(file_text(data.dir.file("stderr.txt")).find(expected) != std::string::npos);
+  };
+  for (const std::string threads : {"4294967297", "abc", "0", "", " 2", "+2", "2 "})
+    check_env("HEADROOM_NUM_THREADS", threads, 1,
+              "HEADROOM_NUM_THREADS='" + threads + "' must be a whole number from 1 to 1024");
+  for (const std::string value : {"garbage", "2", " 1", "1 ", "01", "true", "-0"})
+    check_env("HEADROOM_REFERENCE_KERNELS", value, 1,
+              "HEADROOM_REFERENCE_KERNELS='" + value + "' must be 1 (the reference kernels) or 0");
+  for (const std::string value : {"1", "0", ""}) check_env("HEADROOM_REFERENCE_KERNELS", value, 0, "");
 }
 
 TEST_CASE("bad inputs: the benchmarks refuse bad flags with status 2 and time a single iteration") {

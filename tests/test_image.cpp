@@ -131,8 +131,16 @@ std::string one_pixel_jpeg(const std::string& dc_table) {
          bytes_of({0x3F, 0xFF, 0xD9});  // DC category 0, end of block, padding; EOI
 }
 
-std::string png_header(uint32_t width, uint32_t height) {
-  return "\x89PNG\r\n\x1a\n" + be32(13) + "IHDR" + be32(width) + be32(height) + bytes_of({8, 0, 0, 0, 0}) + be32(0);
+std::string png_header(uint32_t width, uint32_t height, int colour_type = 0) {
+  return "\x89PNG\r\n\x1a\n" + be32(13) + "IHDR" + be32(width) + be32(height) + bytes_of({8, colour_type, 0, 0, 0}) +
+         be32(0);
+}
+
+// The one-pixel JPEG with its frame header (SOF0, at byte 71) giving another size.
+std::string jpeg_of_size(size_t width, size_t height) {
+  std::vector<int> one_code(16, 0);
+  one_code[0] = 1;
+  return one_pixel_jpeg(dht(0x00, one_code, std::string(1, '\0'))).replace(76, 4, be16(height) + be16(width));
 }
 
 }  // namespace
@@ -169,12 +177,29 @@ TEST_CASE("image: hostile files are refused before stb decodes them") {
   CHECK_THROWS_HEADROOM(load_bytes(one_pixel_jpeg(dht(0x24, one_code, std::string(1, '\0')))), "is a corrupt JPEG");
   // A GIF named .png: its decoder is not compiled in.
   CHECK_THROWS_HEADROOM(load_bytes("GIF89a" + std::string(88, '\xff')), "is not a PNG, JPEG or BMP file");
-  // Dimensions: a side over 16384 (stb's limit), then 10000 x 10000 = 10^8 pixels (over 2^24).
-  CHECK_THROWS_HEADROOM(load_bytes(png_header(20000, 1)), "cannot load");
+  // Dimensions: a side of 0 or over 16384 (stb's limit), read from the header before stb sees it,
+  // then 10000 x 10000 = 10^8 pixels (over 2^24).
+  CHECK_THROWS_HEADROOM(load_bytes(png_header(20000, 10)),
+                        "is a 20000x10 PNG, past the limit of 16384 pixels per side");
+  CHECK_THROWS_HEADROOM(load_bytes(png_header(1, 16385)), "is a 1x16385 PNG, past the limit of 16384 pixels per side");
+  CHECK_THROWS_HEADROOM(load_bytes(png_header(0, 5)), ": the PNG header gives width 0");
+  CHECK_THROWS_HEADROOM(load_bytes(png_header(5, 0)), ": the PNG header gives height 0");
+  CHECK_THROWS_HEADROOM(load_bytes(jpeg_of_size(20000, 10)),
+                        "is a 20000x10 JPEG, past the limit of 16384 pixels per side");
+  CHECK_THROWS_HEADROOM(load_bytes(jpeg_of_size(0, 1)), ": the JPEG header gives width 0");
+  // The same JPEG with the size its data was built for loads.
+  CHECK_CLOSE(load_bytes(jpeg_of_size(1, 1)), Tensor::full({1, 1, 1}, 128 / 255.0), 1e-6);
   CHECK_THROWS_HEADROOM(load_bytes(png_header(10000, 10000)),
                         "is 10000x10000, more than the 16777216 pixels an image may have");
   CHECK_THROWS_HEADROOM(load_bytes(png_header(2, 2) + be32(0) + "IDAT" + be32(0)),
                         "is a corrupt PNG: its first IDAT chunk is empty");
+  // A palette PNG without its palette; with one, the file gets past the check to stb, which refuses its
+  // one-byte image data.
+  const std::string idat = be32(1) + "IDAT" + bytes_of({0}) + be32(0);
+  const std::string plte = be32(3) + "PLTE" + bytes_of({0, 0, 0}) + be32(0);
+  CHECK_THROWS_HEADROOM(load_bytes(png_header(2, 2, 3) + idat),
+                        "is a corrupt PNG: a palette PNG (colour type 3) has no PLTE chunk before its image data");
+  CHECK_THROWS_HEADROOM(load_bytes(png_header(2, 2, 3) + plte + idat), "cannot load");
   CHECK_THROWS_HEADROOM(load_image("/dev/zero"), "/dev/zero is a character device, expected a regular file");
   std::remove(path.c_str());
 }

@@ -5,8 +5,13 @@
 // expert, all tokens on one expert, k == E, a single token), and for its error
 // messages.
 #include <algorithm>
+#include <climits>
+#include <functional>
 #include <numeric>
+#include <type_traits>
+#include <utility>
 
+#include "headroom/ops/attention.h"
 #include "headroom/ops/reduce.h"
 #include "headroom/ops/cpu/indexed_gemm.h"
 #include "headroom/ops/cpu/routing.h"
@@ -333,10 +338,6 @@ TEST_CASE("routing: gather_rows and scatter_add_rows errors") {
                         "[gather_rows] expected x of shape [4, D] for a plan of 4 tokens, got (5,3)");
   CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}, DType::i32), plan),
                         "[gather_rows] expected input of dtype f32 or f64, got i32");
-  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), RoutePlan()), "[gather_rows] the route plan");
-  RoutePlan tampered = plan;
-  tampered.k = 3;
-  CHECK_THROWS_HEADROOM(gather_rows(Tensor::zeros({4, 3}), tampered), "is not one route() built for these sizes");
 
   CHECK_THROWS_HEADROOM(
       scatter_add_rows(Tensor::zeros({6, 3}), Tensor(), plan),
@@ -667,8 +668,63 @@ TEST_CASE("routing: gather_segment_matmul and segment_matmul_scatter errors") {
                         "[segment_matmul_scatter] expected weights of shape [E, in, out], got (15,2)");
   CHECK_THROWS_HEADROOM(segment_matmul_scatter(Tensor::zeros({8, 5}, DType::i32), Tensor::zeros({3, 5, 2}), plan),
                         "[segment_matmul_scatter] expected y_grouped of dtype f32 or f64, got i32");
-  CHECK_THROWS_HEADROOM(segment_matmul_scatter(Tensor::zeros({8, 5}), Tensor::zeros({3, 5, 2}), RoutePlan()),
-                        "[segment_matmul_scatter] the route plan");
+}
+
+// Only route() builds a plan and its fields are const, so a hostile plan can
+// only come from an in-place write into its arrays: every op refuses one.
+TEST_CASE("routing: every op that takes a plan refuses one written in place after route() built it") {
+  static_assert(!std::is_default_constructible_v<RoutePlan>, "route() builds every plan");
+  static_assert(!std::is_assignable_v<decltype((std::declval<RoutePlan&>().order)), Tensor>, "the fields are const");
+  static_assert(!std::is_copy_assignable_v<RoutePlan>, "a plan is never overwritten");
+  // 4 tokens, k = 2, 3 segments; routed_attention reads them as B = 2, T = 2 and h = 3 heads.
+  auto fresh_plan = [] { return route(random_indices(4, 2, 3, 5), 3); };
+  const Tensor x = Tensor::zeros({4, 5}), y = Tensor::zeros({8, 5}), w = Tensor::zeros({3, 5, 2});
+  const Tensor gates = Tensor::ones({4, 2}), kv = Tensor::zeros({2, 3, 6, 5});
+  const Tensor bad_offsets = Tensor::from_vector<int32_t>({0, 7, 2, 8});
+  struct Named {
+    const char* name;
+    std::function<void(const RoutePlan&)> call;
+  };
+  const std::vector<Named> ops = {
+      {"gather_rows", [&](const RoutePlan& p) { gather_rows(x, p); }},
+      {"scatter_add_rows", [&](const RoutePlan& p) { scatter_add_rows(y, gates, p); }},
+      {"segment_matmul", [&](const RoutePlan& p) { segment_matmul(y, w, p); }},
+      {"gather_segment_matmul", [&](const RoutePlan& p) { gather_segment_matmul(x, w, p); }},
+      {"segment_matmul_scatter", [&](const RoutePlan& p) { segment_matmul_scatter(y, w, p); }},
+      {"routed_attention", [&](const RoutePlan& p) { routed_attention(y, kv, kv, p, 2); }},
+  };
+  // Each write leaves the plan's indices wrong: a row of another token or far
+  // past the inputs, or offsets that are not a prefix sum of the counts.
+  const std::vector<Named> writes = {
+      {"order entry 8, one past the rows", [](const RoutePlan& p) { p.order.narrow(0, 3, 1).fill_(8); }},
+      {"order entry 2^31 - 1", [](const RoutePlan& p) { p.order.narrow(0, 0, 1).fill_(INT32_MAX); }},
+      {"position entry -1", [](const RoutePlan& p) { p.position.narrow(0, 7, 1).fill_(-1); }},
+      {"offsets 0, 7, 2, 8", [&](const RoutePlan& p) { p.offsets.narrow(0, 0, 4).copy_(bad_offsets); }},
+  };
+  for (const Named& op : ops) {
+    CAPTURE(op.name);
+    CHECK_NOTHROW(op.call(fresh_plan()));
+    for (const Named& write : writes) {
+      CAPTURE(write.name);
+      RoutePlan plan = fresh_plan();
+      write.call(plan);
+      CHECK_THROWS_HEADROOM(
+          op.call(plan), (std::string("[") + op.name + "] the route plan was written in place after route()").c_str());
+    }
+  }
+  // Written after the forward pass, the plan is refused by the backward pass, which saved its arrays.
+  RoutePlan plan = fresh_plan();
+  Tensor grouped = gather_rows(Tensor::ones({4, 5}).set_requires_grad(), plan);
+  plan.position.narrow(0, 0, 1).fill_(INT32_MAX);
+  CHECK_THROWS_HEADROOM(sum(grouped).backward(), "[gather_rows] a tensor saved for backward was modified in place");
+}
+
+TEST_CASE("routing: the plan's host helpers take rows in [0, rows())") {
+  RoutePlan plan = route(Tensor::from_vector<int32_t>({1, 0, 1}, {3, 1}), 2);
+  CHECK(plan.token_of_row(2) == 2);
+  CHECK(plan.segment_of_row(0) == 0);
+  CHECK_THROWS_HEADROOM(plan.token_of_row(3), "[RoutePlan] token_of_row: row 3 is outside [0, 3)");
+  CHECK_THROWS_HEADROOM(plan.segment_of_row(-1), "[RoutePlan] segment_of_row: row -1 is outside [0, 3)");
 }
 
 TEST_CASE("routing: empty cases: no tokens, no slots, zero-width weights") {
@@ -803,4 +859,17 @@ TEST_CASE("routing: a larger MoE layer runs the parallel paths, matches the loop
   set_num_threads(threads);
   CHECK(one_thread == two_threads);
   CHECK(run() == two_threads);
+}
+
+TEST_CASE("reference kernels: HEADROOM_REFERENCE_KERNELS is 1, 0, empty or unset") {
+  CHECK(reference::parse_reference_kernels("1"));
+  CHECK_FALSE(reference::parse_reference_kernels("0"));
+  CHECK_FALSE(reference::parse_reference_kernels(""));
+  CHECK_FALSE(reference::parse_reference_kernels(nullptr));
+  for (const char* value : {"garbage", "2", "01", " 1", "1 ", "true", "-0"}) {
+    const std::string expected =
+        std::string("[reference kernels] HEADROOM_REFERENCE_KERNELS='") + value +
+        "' must be 1 (the reference kernels) or 0 (the tuned ones, as when it is empty or unset)";
+    CHECK_THROWS_HEADROOM(reference::parse_reference_kernels(value), expected.c_str());
+  }
 }

@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "headroom/core/error.h"
 #include "headroom/core/rng.h"
 #include "headroom/ops/kernels/attention.h"
 #include "headroom/ops/kernels/matmul.h"
@@ -20,12 +21,18 @@
 
 namespace headroom::reference {
 
-// HEADROOM_REFERENCE_KERNELS set and not "0", read once.
+// A value of HEADROOM_REFERENCE_KERNELS: "1" is on; "0", "" and unset
+// (null) are off; any other value throws.
+inline bool parse_reference_kernels(const char* value) {
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "0") == 0) return false;
+  HEADROOM_CHECK(std::strcmp(value, "1") == 0, "[reference kernels] HEADROOM_REFERENCE_KERNELS='", value,
+                 "' must be 1 (the reference kernels) or 0 (the tuned ones, as when it is empty or unset)");
+  return true;
+}
+
+// HEADROOM_REFERENCE_KERNELS, read once (a bad value throws at every call).
 inline bool use_reference_kernels() {
-  static const bool on = [] {
-    const char* v = std::getenv("HEADROOM_REFERENCE_KERNELS");
-    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = parse_reference_kernels(std::getenv("HEADROOM_REFERENCE_KERNELS"));
   return on;
 }
 
