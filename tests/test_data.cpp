@@ -233,6 +233,8 @@ TEST_CASE("data: load_image_folder skips other entries unopened, a FIFO named .p
   ImageDataset data;
   const std::string out = stdout_of([&] { data = load_image_folder(root, 2, 1); });
   CHECK(data.images.size(0) == 1);
+  CHECK(count_image_files(root) == 1);  // what the memory estimate counts without opening them
+  CHECK(count_image_files(root + "/nope") == 0);
   CHECK(out == "note: " + root + ": skipped 3 other entries, e.g. " + root +
                    "/README (neither class folders nor regular .png, .jpg, .jpeg or .bmp files in one)\n");
   fs::remove(dir.path / "cat" / "a.png");

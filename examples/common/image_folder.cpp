@@ -54,6 +54,17 @@ bool is_image_entry(const fs::directory_entry& entry) {
 
 }  // namespace
 
+int64_t count_image_files(const std::string& dir) {
+  std::error_code error;  // a folder that cannot be listed counts none: load_image_folder says why
+  int64_t count = 0;
+  for (const fs::directory_entry& class_dir : fs::directory_iterator(dir, error)) {
+    if (!class_dir.is_directory(error)) continue;
+    for (const fs::directory_entry& entry : fs::directory_iterator(class_dir.path(), error))
+      count += is_image_entry(entry) ? 1 : 0;
+  }
+  return count;
+}
+
 ImageDataset load_image_folder(const std::string& dir, int64_t size, int channels) {
   HEADROOM_CHECK(size > 0, "[load_image_folder] size must be positive, got ", size);
   HEADROOM_CHECK(channels >= 1 && channels <= 4, "[load_image_folder] channels must be 1..4, got ", channels);

@@ -23,4 +23,8 @@ namespace headroom::examples {
 // holds instead), and an unreadable image (naming the file).
 ImageDataset load_image_folder(const std::string& dir, int64_t size, int channels);
 
+// The images load_image_folder would read from `dir`, counted without
+// opening them (for the memory estimate); 0 for a folder it cannot list.
+int64_t count_image_files(const std::string& dir);
+
 }  // namespace headroom::examples
