@@ -37,10 +37,13 @@ struct GenerateOptions {
   bool use_cache = true;  // false recomputes the whole prefix every step (the reference in tests)
   int64_t window = 0;     // tokens the model sees at most; 0: the model's context (config.max_len)
   bool slide = true;      // false: throw instead of sliding once the sequence passes the window
-  // Streaming: called with each new token of batch row `row` as soon as it is
-  // chosen (beam search: once per row at the end, with the tokens of the best
-  // hypothesis, which are known only then), rows in order within a step;
-  // returning false ends that row there (the token stays its last).
+  // Streaming: called with each new token of batch row `row` once it is
+  // fixed, rows in order within a step.  Greedy and sampling call it as each
+  // token is chosen.  Beam search calls it as soon as every live and finished
+  // hypothesis of the row starts with the token (so the result does too), and
+  // with the rest of the best hypothesis at the end.  The eos token is never
+  // passed.  Returning false ends that row there: its result is the tokens
+  // passed so far, that token last.
   std::function<bool(int64_t row, int32_t token)> on_token;
 };
 
