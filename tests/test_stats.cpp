@@ -395,9 +395,9 @@ TEST_CASE("routing report: pmi.md's cell says what each head's top tokens by PMI
   const std::vector<std::pair<int32_t, double>> tie{{3, 0.0}, {4, 0.0}, {5, 0.0}}, ranked{{3, 1.2}, {4, 0.7}, {5, 0.1}};
   auto name = [](int32_t token) { return std::string(1, char('a' + token)); };
   CHECK(top_tokens_text(ranked, 40, name) == "d (1.20), e (0.70), f (0.10)");
-  CHECK(top_tokens_text({{3, 0.5}}, 6, name) == "d (0.50)");  // one token chosen often enough
+  CHECK(top_tokens_text({{3, 0.5}}, 6, name) == "d (0.50)");                          // one token chosen often enough
   CHECK(top_tokens_text(tie, 40, name) == "no token stands out: PMI 0.00 for each");  // e.g. MoH's shared heads
-  CHECK(top_tokens_text({}, 0, name) == "never chosen");                               // a collapsed router's expert
+  CHECK(top_tokens_text({}, 0, name) == "never chosen");                              // a collapsed router's expert
   CHECK(top_tokens_text({}, 3, name) == "no token chosen 5 times");
 }
 
@@ -420,8 +420,7 @@ TEST_CASE("routing report: gates.png's note names MoH's scaling=code bound on th
   ModelConfig c;
   c.vocab = 16, c.dim = 16, c.heads = 8, c.decoder_layers = 1, c.ffn_hidden = 16;
   c.attention = {"moh", {{"shared_heads", "2"}, {"routed_k", "3"}}};
-  CHECK(examples::gate_scale_note(DecoderLM(c)).find("each at most 2 max(K_r, h_s) = 6") !=
-        std::string::npos);
+  CHECK(examples::gate_scale_note(DecoderLM(c)).find("each at most 2 max(K_r, h_s) = 6") != std::string::npos);
   c.attention.options["scaling"] = "paper";
   CHECK(examples::gate_scale_note(DecoderLM(c)) == "every gate lies in [0, 1]: router probabilities or 0/1 choices");
   c.attention = {"moa", {}};
