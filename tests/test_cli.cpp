@@ -93,6 +93,29 @@ TEST_CASE("Flags reject unknown flags, missing and malformed values") {
   CHECK_THROWS_HEADROOM(Parsed().parse({"extra"}), "unexpected argument 'extra'");
 }
 
+TEST_CASE("Flags refuse a flag given twice instead of keeping the last") {
+  CHECK_THROWS_HEADROOM(Parsed().parse({"--steps", "5", "--steps", "7"}),
+                        "flag --steps is given twice (5, then 7); give it once");
+  CHECK_THROWS_HEADROOM(Parsed().parse({"--resume", "--resume"}), "flag --resume is given twice; give it once");
+}
+
+TEST_CASE("Flags restore a stored value with the flag's checks, describe a derived default, and drop a flag") {
+  Parsed p;
+  p.flags.restore("steps", "40");
+  CHECK(p.steps == 40);
+  CHECK(p.flags.is_settled("steps"));
+  CHECK_FALSE(p.flags.was_set("steps"));
+  CHECK_THROWS_HEADROOM(p.flags.restore("steps", "4000"), "--steps expects an integer in [1, 1000], got '4000'");
+  p.flags.restore("resume", "true");
+  CHECK(p.resume);
+  CHECK_THROWS_HEADROOM(p.flags.restore("resume", "yes"), "--resume is a switch, true or false, got 'yes'");
+  p.flags.describe_default("lr", "a tenth of something");
+  CHECK(p.flags.usage().find("(default: a tenth of something, range (0, 10])") != std::string::npos);
+  p.flags.remove("attn");
+  CHECK_FALSE(p.flags.declares("attn"));
+  CHECK_THROWS_HEADROOM(p.parse({"--attn", "moh"}), "unknown flag --attn");
+}
+
 TEST_CASE("Flags name the nearest flag of a misspelt one, and only a likely typo") {
   auto message_of = [](std::vector<std::string> args) {
     try {

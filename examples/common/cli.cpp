@@ -215,6 +215,9 @@ bool Flags::parse(int argc, char** argv) {
       value = argv[++i];
     }
     if (flag->is_switch && inline_value) throw UsageError("flag --" + name + " takes no value");
+    if (flag->set)
+      throw UsageError("flag --" + name + " is given twice" +
+                       (flag->is_switch ? "" : " (" + flag->show() + ", then " + value + ")") + "; give it once");
     flag->assign(value);
     flag->set = true;
   }
@@ -240,6 +243,29 @@ bool Flags::declares(const std::string& name) const {
 }
 
 bool Flags::was_set(const std::string& name) const { return declared(name).set; }
+
+bool Flags::is_settled(const std::string& name) const { return declared(name).set || declared(name).restored; }
+
+void Flags::remove(const std::string& name) {
+  declared(name);  // throws for a flag never added
+  flags_.erase(std::remove_if(flags_.begin(), flags_.end(), [&](const Flag& flag) { return flag.name == name; }),
+               flags_.end());
+}
+
+void Flags::describe_default(const std::string& name, const std::string& text) {
+  Flag* flag = find(name);
+  HEADROOM_CHECK(flag != nullptr, "[Flags] no flag --", name, " was declared");
+  flag->default_text = text;
+}
+
+void Flags::restore(const std::string& name, const std::string& text) {
+  Flag* flag = find(name);
+  HEADROOM_CHECK(flag != nullptr, "[Flags] no flag --", name, " was declared");
+  if (flag->is_switch && text != "true" && text != "false")
+    throw UsageError("--" + name + " is a switch, true or false, got '" + text + "'");
+  if (!flag->is_switch || text == "true") flag->assign(text);
+  flag->restored = true;
+}
 
 std::string Flags::value(const std::string& name) const { return declared(name).show(); }
 

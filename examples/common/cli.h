@@ -69,12 +69,24 @@ class Flags {
   void add(const std::string& name, bool* value, const std::string& help);
   // Returns false after printing the usage for --help; throws UsageError for
   // unknown flags (naming the nearest declared one when it looks like a typo),
-  // missing or malformed values and values out of range.
+  // a flag given twice, missing or malformed values and values out of range.
   bool parse(int argc, char** argv);
+  // Drops a declared flag: a program that sets the value itself (compare's
+  // presets set --attn) does not offer it.
+  void remove(const std::string& name);
+  // What --help prints as the default of `--name`, for a default derived
+  // from other flags ("30: a tenth of --steps, at most 100").
+  void describe_default(const std::string& name, const std::string& text);
+  // Sets `--name` from a stored run's `text` (a checkpoint's settings), with
+  // the checks of the command line: a value out of the flag's range throws
+  // UsageError naming the flag.  The flag then counts as settled, not as given.
+  void restore(const std::string& name, const std::string& text);
   // True when `--name` was added (was_set and value throw for one that was not).
   bool declares(const std::string& name) const;
   // True when `--name` appeared on the command line (not just its default).
   bool was_set(const std::string& name) const;
+  // True when `--name` was given or restored: its value is not a default to derive.
+  bool is_settled(const std::string& name) const;
   // The current value of `--name` as text (as the config table shows it).
   std::string value(const std::string& name) const;
   std::string usage() const;
@@ -88,6 +100,7 @@ class Flags {
     bool is_switch = false, set = false;
     std::function<void(const std::string&)> assign;  // parses, checks and stores a value
     std::function<std::string()> show;               // the current value as text
+    bool restored = false;                           // set from a checkpoint (restore)
   };
   template <typename T> void add_integer(const std::string& name, T* value, const std::string& help, Range<T> range);
   void add_flag(Flag flag);
