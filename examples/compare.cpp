@@ -4,7 +4,9 @@
 // equal steps and at equal wall-clock time, the time each method takes to
 // reach the first method's final validation loss, active heads, parameters,
 // MACs, throughput and peak memory, plus the validation curves of every
-// method against steps and against elapsed seconds.
+// method against steps and against elapsed seconds.  The table names the
+// machine and its load at the start and the end, the better direction of
+// every column, and what "active heads" counts for each method.
 //
 //   compare --task lm --seeds 2 --steps 1500 --out runs/compare-lm
 //   compare --task vit --methods mha,moh50 --epochs 2
@@ -18,9 +20,15 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <set>
+#include <limits>
+#include <memory>
+#include <thread>
 
 #include "headroom/core/atomic_file.h"
+#include "headroom/core/safetensors.h"
 #include "headroom/core/threading.h"
 #include "headroom/examples/common/lm_task.h"
 #include "headroom/examples/common/mt_task.h"
@@ -112,6 +120,9 @@ struct PlannedRun {
   LmOptions lm;  // the task's options, settled for this run (settle_task_options)
   MtOptions mt;
   VitOptions vit;
+  // Flags bound to this run's options (not parsed): what its checkpoint
+  // stores as the run's settings, and what --resume takes back from it.
+  std::unique_ptr<Flags> settings;
 };
 
 // Every run, in order: each method over the seeds.  --eval-every and
@@ -219,8 +230,10 @@ Format metric_format(const std::string& name) {
 
 // The cells of one method, each number in the format its console line uses
 // (model_summary, describe), so that the table and the console read alike.
+// The reference (first) method's row leaves its comparisons with itself
+// empty: the time to its own loss, its parameters' change.
 std::vector<std::string> table_row(const std::string& method, const std::vector<FinishedRun>& runs,
-                                   int64_t first_params, const TimeReference& ref) {
+                                   int64_t first_params, const TimeReference& ref, bool reference) {
   const RunSummary& first = runs.front().summary;
   const std::string metric = quality_metric(first.task).first;
   std::vector<double> quality, loss, to_target, at_budget, speed, memory;
@@ -239,29 +252,100 @@ std::vector<std::string> table_row(const std::string& method, const std::vector<
           mean_spread(quality, metric_format(metric)),
           mean_spread(loss, metric_format("loss")),
           mean_over_seeds(at_budget, metric_format("loss"), "no evaluation yet"),
-          mean_over_seeds(to_target, format_seconds, "not reached"),
+          reference ? "" : mean_over_seeds(to_target, format_seconds, "not reached"),
           format_count(first.steps),
           format_percent(first.active_heads),
-          format_count(first.parameters) + change,
+          format_count(first.parameters) + (reference ? "" : change),
           format_si(first.macs_per_item),
-          format_si(mean(speed)),
+          mean_spread(speed, format_si),
           format_mib(std::round(mean(memory)))};
 }
 
+// The header: each metric column says which way is better (for the costs:
+// cheaper), and the wall-clock columns say when each method ran once (no
+// spread to read).
+std::vector<std::string> table_header(const std::string& task, const std::string& reference, const TimeReference& ref,
+                                      bool one_run) {
+  const auto [metric, higher_better] = quality_metric(task);
+  const std::string lower = " (lower is better)", higher = " (higher is better)", cheaper = " (lower is cheaper)";
+  const std::string timed_lower = one_run ? " (lower is better; one run)" : lower;
+  const std::string timed_higher = one_run ? " (higher is better; one run)" : higher;
+  return {"method",
+          metric + (higher_better ? higher : lower),
+          "valid loss" + lower,
+          "valid loss at " + format_seconds(ref.budget_seconds) + timed_lower,
+          "time to " + reference + "'s valid loss " + format_metric("loss", ref.target_loss) + timed_lower,
+          "steps",
+          "active heads" + cheaper,
+          "parameters (vs " + reference + "; lower is cheaper)",
+          "MACs/" + std::string(task == "vit" ? "image" : "token") + cheaper,
+          (task == "vit" ? "img/s" : "tok/s") + timed_higher,
+          "peak memory" + cheaper};
+}
+
+// What "active heads" counts for each method of the table.
+std::string active_heads_notes(const std::vector<std::string>& methods) {
+  const std::vector<std::pair<std::string, std::string>> meanings{
+      {"mha", "every head runs for every token"},
+      {"moa",
+       "k d_h / d, the k experts a token chooses of width d_h against MHA's d: k / h at the preset's "
+       "d_h = d / h"},
+      {"moh75", "(h_s + K_r) / h, the shared heads and the K_r routed heads each token chooses"},
+      {"moh50", "(h_s + K_r) / h, the shared heads and the K_r routed heads each token chooses"},
+      {"mae", "every head: its mixture runs all h experts of h - 1 heads for every token"},
+      {kEqualUpdates, "every head, as mae"}};
+  std::string notes = "Active heads, the share of heads that run per token:\n";
+  for (const auto& [method, meaning] : meanings)
+    if (std::find(methods.begin(), methods.end(), method) != methods.end())
+      notes += "- " + method + ": " + meaning + "\n";
+  return notes;
+}
+
+// ---- the machine ------------------------------------------------------------
+
+// The first "model name" of /proc/cpuinfo, or "an unknown CPU".
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) != 0 || line.find(':') == std::string::npos) continue;
+    const size_t value = line.find_first_not_of(" \t", line.find(':') + 1);
+    if (value != std::string::npos) return line.substr(value);
+  }
+  return "an unknown CPU";
+}
+
+// The 1-, 5- and 15-minute load averages of /proc/loadavg, or "unknown".
+std::string load_average() {
+  std::ifstream loadavg("/proc/loadavg");
+  std::string one, five, fifteen;
+  if (!(loadavg >> one >> five >> fifteen)) return "unknown";
+  return one + " " + five + " " + fifteen;
+}
+
+// Where the wall-clock columns were measured, and how busy the machine was.
+struct Machine {
+  std::string cpu = cpu_model(), load_at_start = load_average(), load_at_end;
+  int threads = 0;
+};
+
+std::string machine_line(const Machine& m) {
+  const std::string threads = std::to_string(m.threads) + (m.threads == 1 ? " thread" : " threads");
+  return "Measured on " + m.cpu + " (" + std::to_string(std::thread::hardware_concurrency()) + " CPUs) with " +
+         threads + "; load average (1, 5, 15 minutes, /proc/loadavg) " + m.load_at_start + " at the start and " +
+         m.load_at_end + " at the end.\n";
+}
+
+// table.md: the machine, the table, and what "active heads" means.
 std::string results_table(const std::string& task, const std::vector<std::string>& methods,
-                          const std::vector<std::vector<FinishedRun>>& by_method) {
+                          const std::vector<std::vector<FinishedRun>>& by_method, const Machine& machine) {
   const TimeReference ref = time_reference(by_method);
+  const int64_t first_params = by_method.front().front().summary.parameters;
   std::vector<std::vector<std::string>> rows;
   for (size_t m = 0; m < methods.size(); ++m)
-    rows.push_back(table_row(methods[m], by_method[m], by_method.front().front().summary.parameters, ref));
-  const auto [metric, higher_better] = quality_metric(task);
-  return markdown_table(
-      {"method", metric + (higher_better ? " (higher is better)" : " (lower is better)"), "valid loss",
-       "valid loss at " + format_seconds(ref.budget_seconds),
-       "time to " + methods.front() + "'s valid loss " + format_metric("loss", ref.target_loss), "steps",
-       "active heads", "parameters (vs first)", "MACs/" + std::string(task == "vit" ? "image" : "token"),
-       task == "vit" ? "img/s" : "tok/s", "peak memory"},
-      rows);
+    rows.push_back(table_row(methods[m], by_method[m], first_params, ref, m == 0));
+  const bool one_run = by_method.front().size() == 1;
+  return machine_line(machine) + "\n" + markdown_table(table_header(task, methods.front(), ref, one_run), rows) + "\n" +
+         active_heads_notes(methods);
 }
 
 // The first seed's validation loss of every method against `x` (steps or seconds).
@@ -292,10 +376,120 @@ void settle_task_options(const Flags& flags, const std::string& task, PlannedRun
   if (task == "vit") settle_vit_options(flags, run.vit, run.options);
 }
 
+// ---- compare's own settings --------------------------------------------------
+// OUT/compare.safetensors holds, as metadata alone (checksummed like a
+// checkpoint), the command line of the compare that wrote OUT, so that a
+// plain --resume or --eval-only plans the same runs (methods, seeds, model,
+// steps) even for runs that never saved a checkpoint.  The flags of one
+// invocation are not kept.
+const std::set<std::string> kInvocationFlags{"resume", "eval-only", "overwrite", "out", "device", "tf32", "max-memory"};
+
+std::string settings_path(const std::string& out) { return out + "/compare.safetensors"; }
+
+void save_compare_settings(const Flags& flags, const std::string& out, const std::string& task) {
+  StringMap settings{{"task", task}};
+  for (const auto& [name, value] : flags.values())
+    if (!kInvocationFlags.count(name) && name != "task") settings["flag." + name] = value;
+  std::filesystem::create_directories(out);
+  save_safetensors(settings_path(out), {}, settings);
+}
+
+// --resume and --eval-only: each kept setting not given becomes the flag's
+// value, with the flag's checks.
+void restore_compare_settings(Flags& flags, const TrainOptions& o, const std::string& out, const std::string& task) {
+  if (!o.resume && !o.eval_only) return;
+  const std::string path = settings_path(out);
+  std::error_code ignored;
+  if (!std::filesystem::exists(path, ignored)) {
+    std::printf("note: %s is missing; the runs are planned from the command line alone\n", path.c_str());
+    return;
+  }
+  const SafetensorsFile kept = load_safetensors_header(path);
+  HEADROOM_CHECK(kept.checksummed, "[compare] ", path, " has lost its checksums; it is refused");
+  const std::string& kept_task = metadata_entry(kept.metadata, "task", path);
+  HEADROOM_CHECK(kept_task == task, "[compare] ", out, " holds a compare of --task ", kept_task, ", not ", task,
+                 "; pass --task ", kept_task);
+  for (const auto& [key, value] : kept.metadata) {
+    if (key.rfind("flag.", 0) != 0) continue;
+    const std::string name = key.substr(5);
+    // A flag given wins: the runs' own checks judge it against their checkpoints.
+    if (!flags.declares(name) || kInvocationFlags.count(name) || flags.was_set(name)) continue;
+    try {
+      flags.restore(name, value);
+    } catch (const UsageError& error) {
+      HEADROOM_FAIL("[compare] ", path, ": its setting ", name, " = '", value,
+                    "' is not a value the flag takes: ", error.what());
+    }
+  }
+}
+
+// --resume needs a compare that saved a checkpoint: with none, the runs would all start from step 0.
+void check_something_to_resume(const std::vector<PlannedRun>& runs, const TrainOptions& o, const std::string& out) {
+  if (!o.resume) return;
+  std::error_code ignored;
+  for (const PlannedRun& run : runs)
+    if (std::filesystem::exists(checkpoint_path(run.options.ckpt_dir), ignored)) return;
+  HEADROOM_FAIL("[compare] --resume: no run under ", out, " has a checkpoint (",
+                checkpoint_path(runs.front().options.ckpt_dir),
+                " is the first), so there is nothing to resume; start the comparison without --resume");
+}
+
+// --resume of a compare stopped before this run saved a checkpoint (or
+// began): nothing to resume, so the run starts from step 0, replacing
+// what a stopped start left in its folder.
+void start_unsaved_run_afresh(TrainOptions& o) {
+  std::error_code ignored;
+  if (!o.resume || std::filesystem::exists(checkpoint_path(o.ckpt_dir), ignored)) return;
+  std::printf("note: %s holds no checkpoint yet; --resume starts this run from step 0\n", o.ckpt_dir.c_str());
+  o.resume = false;
+  o.overwrite = true;
+}
+
+// The train and task flags bound to `run`'s own options (the run's settings).
+std::unique_ptr<Flags> run_settings(const std::string& task, PlannedRun& run) {
+  auto settings = std::make_unique<Flags>("compare", "the settings of run " + run.options.ckpt_dir);
+  if (task == "lm") add_lm_flags(*settings, run.lm);
+  if (task == "mt") add_mt_flags(*settings, run.mt);
+  if (task == "vit") add_vit_flags(*settings, run.vit);
+  add_train_flags(*settings, run.options);
+  return settings;
+}
+
+RunSummary run_task(const std::string& task, const PlannedRun& run, const TrainOptions& options) {
+  if (task == "lm") return run_lm(run.lm, run.model, options);
+  if (task == "mt") return run_mt(run.mt, run.model, options);
+  return run_vit(run.vit, run.model, options);
+}
+
+// A run that --resume finds finished: its checkpoint evaluated (--eval-only)
+// and what its training measured read back from the summary line its log ends with.
+RunSummary finished_run_summary(const std::string& task, const PlannedRun& run) {
+  std::printf("finished already: evaluating its checkpoint and reading its training figures from its log\n");
+  TrainOptions evaluation = run.options;
+  evaluation.resume = false;
+  evaluation.eval_only = true;
+  RunSummary summary = run_task(task, run, evaluation);
+  const LogRows rows = read_jsonl_numbers(run.options.ckpt_dir + "/log.jsonl", "summary");
+  HEADROOM_CHECK(!rows.empty(), "[compare] ", run.options.ckpt_dir,
+                 "/log.jsonl has no summary line: the run's training figures are lost; rerun it with --overwrite");
+  for (const auto& [key, value] : rows.back()) {
+    if (key == "items_per_second") summary.items_per_second = value;
+    if (key == "training_seconds") summary.seconds = value;
+    if (key == "peak_bytes") summary.peak_bytes = size_t(value);
+  }
+  summary.eval_only = false;
+  return summary;
+}
+
+// Trains (or with --resume continues) one run; a plain --resume of a finished one reads it back.
 RunSummary train_one(const std::string& task, const PlannedRun& run) {
-  if (task == "lm") return run_lm(run.lm, run.model, run.options);
-  if (task == "mt") return run_mt(run.mt, run.model, run.options);
-  return run_vit(run.vit, run.model, run.options);
+  if (run.options.resume) {
+    const std::string path = checkpoint_path(run.options.ckpt_dir);
+    const int64_t step = metadata_int(read_checkpoint_metadata(run.options.ckpt_dir), "train.step", path, 0,
+                                      std::numeric_limits<int64_t>::max());
+    if (step >= run.options.steps) return finished_run_summary(task, run);
+  }
+  return run_task(task, run, run.options);
 }
 
 int run(const std::string& task, int argc, char** argv) {
@@ -318,27 +512,44 @@ int run(const std::string& task, int argc, char** argv) {
   if (task == "lm") add_lm_flags(flags, lm);
   if (task == "mt") add_mt_flags(flags, mt);
   if (task == "vit") add_vit_flags(flags, vit);
-  add_model_flags(flags, model);
+  add_model_flags(flags, model,
+                  task == "lm"   ? ModelStacks::decoder
+                  : task == "mt" ? ModelStacks::encoder_decoder
+                                 : ModelStacks::encoder);
   add_train_flags(flags, train_options);
+  // The presets set each run's attention, --out its folder, and each run evaluates and logs at its own cadence.
+  for (const char* preset : {"attn", "attn-opt", "ckpt"}) flags.remove(preset);
+  flags.describe_default("eval-every",
+                         std::to_string(std::max<int64_t>(train_options.steps / 20, 1)) + ": a twentieth of --steps");
+  flags.describe_default("log-every",
+                         std::to_string(std::max<int64_t>(train_options.steps / 10, 1)) + ": a tenth of --steps");
   return run_main(flags, [&] {
     if (!flags.parse(argc, argv)) return 0;
     if (task != "lm" && task != "mt" && task != "vit")
       throw UsageError("--task must be lm, mt or vit, got '" + task + "'");
-    // The presets set each run's attention and --out its folder, so --attn, --attn-opt and --ckpt are refused.
     check_flags_apply(flags);
-    // Not settle_resumed_seed: each run's folder is named by its seed, so a resumed run has its checkpoint's.
+    restore_compare_settings(flags, train_options, c.out, task);
     settle_train_options(flags, train_options);
     const std::vector<std::string> methods = checked_methods(c.methods, model);
     std::vector<PlannedRun> runs = plan_runs(methods, model, train_options, c.seeds, c.out, flags);
-    for (PlannedRun& run : runs) {  // before the first run trains
+    check_something_to_resume(runs, train_options, c.out);
+    for (PlannedRun& run : runs) {  // before the first run trains; `runs` keeps its size, so the bindings hold
+      start_unsaved_run_afresh(run.options);
       check_run_directory(run.options);
       run.lm = lm, run.mt = mt, run.vit = vit;
+      run.settings = run_settings(task, run);
+      settle_resumed_settings(flags, *run.settings, run.options);
       settle_task_options(flags, task, run);
+      run.options.settings = run.settings.get();
     }
-    lm = runs.front().lm, mt = runs.front().mt, vit = runs.front().vit;  // what the config table shows
+    if (!train_options.resume && !train_options.eval_only) save_compare_settings(flags, c.out, task);
+    // What the config table shows: the first run's settings (with --resume, its checkpoint's).
+    lm = runs.front().lm, mt = runs.front().mt, vit = runs.front().vit;
+    train_options = runs.front().options;
     if (train_options.threads > 0) set_num_threads(train_options.threads);
     std::printf("%s\n", run_config_table(flags, train_options).c_str());
     std::vector<std::vector<FinishedRun>> by_method(methods.size());
+    Machine machine;  // its load average at the start
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < runs.size(); ++i) {
       print_outer_progress(runs, i, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -351,7 +562,9 @@ int run(const std::string& task, int argc, char** argv) {
       const size_t m = std::find(methods.begin(), methods.end(), runs[i].method) - methods.begin();
       by_method[m].push_back(finished_run(std::move(summary), runs[i].options.ckpt_dir));
     }
-    const std::string table = results_table(task, methods, by_method);
+    machine.threads = num_threads();
+    machine.load_at_end = load_average();
+    const std::string table = results_table(task, methods, by_method, machine);
     std::filesystem::create_directories(c.out);
     write_file_atomically(c.out + "/table.md", table, "compare");
     plot_curves(c.out + "/curves.png", methods, by_method, false, task);

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   set_lm_defaults(model, train_options);
   Flags flags("train_lm", "a byte-level language model (MHA, MoA, MoH or MAE attention)");
   add_lm_flags(flags, lm);
-  add_model_flags(flags, model);
+  add_model_flags(flags, model, ModelStacks::decoder);
   add_train_flags(flags, train_options);
   return training_main(
       flags, train_options, argc, argv, [&] { return run_lm(lm, model, train_options); },

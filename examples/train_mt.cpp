@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   set_mt_defaults(model, train_options);
   Flags flags("train_mt", "English->German translation (MHA, MoA, MoH or MAE attention)");
   add_mt_flags(flags, mt);
-  add_model_flags(flags, model);
+  add_model_flags(flags, model, ModelStacks::encoder_decoder);
   add_train_flags(flags, train_options);
   return training_main(
       flags, train_options, argc, argv, [&] { return run_mt(mt, model, train_options); },

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   set_vit_defaults(model, train_options);
   Flags flags("train_vit", "image classification with a ViT (MHA, MoA, MoH or MAE attention)");
   add_vit_flags(flags, vit);
-  add_model_flags(flags, model);
+  add_model_flags(flags, model, ModelStacks::encoder);
   add_train_flags(flags, train_options);
   return training_main(
       flags, train_options, argc, argv, [&] { return run_vit(vit, model, train_options); },

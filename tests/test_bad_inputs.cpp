@@ -49,6 +49,17 @@ std::string file_text(const std::string& path) {
 const char* const kLeaks[] = {"std::",     "stoll",    "stoi",         "stoul",           "basic_string",
                               "bad_alloc", "vector::", "out_of_range", "invalid_argument"};
 
+// `base` then `args`, where a flag of `args` replaces the same flag of `base`
+// (a flag given twice is refused).
+std::vector<std::string> command_line(std::vector<std::string> base, const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
+    auto found = std::find(base.begin(), base.end(), arg);
+    if (arg.rfind("--", 0) == 0 && found != base.end()) base.erase(found, found + 2);  // the flag and its value
+  }
+  base.insert(base.end(), args.begin(), args.end());
+  return base;
+}
+
 // Runs `binary` (in the run's folder, stdout discarded) on each row and checks
 // its exit status and message.  A hang ends after 30 s with status 124.
 void check_table(const std::string& binary, const std::vector<BadInput>& table, const TempDir& dir) {
@@ -89,6 +100,8 @@ struct BadInputData {
                                 "e\n");
     dir.write("latin1.txt", text + "caf\xe9\n");
     dir.write("notab.tsv", "one\tzwei\nno tab here\n");
+    dir.write("empty.tsv", "");
+    dir.write("same.tsv", "one\tone\ntwo\tzwei\ntwo\tzwei\n");
     dir.write("nosource.tsv", "one\teins\n\tzwei\n");
     dir.write("notarget.tsv", "one\teins\ntwo\t\n");
     dir.write("nul.tsv", std::string("one\teins\ntw\0o\tzwei\n", 19));
@@ -136,10 +149,7 @@ struct BadInputData {
 
 // Rows every training binary shares: its train and model flags.
 std::vector<BadInput> shared_rows(const std::vector<std::string>& data) {
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), data.begin(), data.end());
-    return args;
-  };
+  auto with = [&](std::vector<std::string> args) { return command_line(data, args); };
   return {
       {with({"--steps", "abc"}), 2, "--steps expects an integer"},
       {with({"--steps", "0"}), 2, "--steps"},
@@ -184,10 +194,7 @@ std::vector<BadInput> shared_rows(const std::vector<std::string>& data) {
 // flag combinations, method and option names.  `fifo` is passed as the data,
 // so a row that got as far as reading it would fail with "is a FIFO" instead.
 std::vector<BadInput> early_rows(const std::vector<std::string>& fifo_data) {
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), fifo_data.begin(), fifo_data.end());
-    return args;
-  };
+  auto with = [&](std::vector<std::string> args) { return command_line(fifo_data, args); };
   return {
       {with({"--steps", "5", "--warmup", "10"}), 2, "--warmup 10 must be below --steps 5"},
       {with({"--steps", "10", "--eval-every", "20"}), 2, "--eval-every 20 is past --steps 10"},
@@ -345,10 +352,7 @@ TEST_CASE("bad inputs: train_mt exits 2 or 1 with a clear message for every bad 
   BadInputData data("bad_mt");
   const std::string pairs = data.dir.file("pairs.tsv"), fifo = data.dir.file("fifo");
   const std::vector<std::string> small{"--data", pairs, "--valid-pairs", "8", "--test-pairs", "8"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), small.begin(), small.end());
-    return args;
-  };
+  auto with = [&](std::vector<std::string> args) { return command_line(small, args); };
   std::vector<BadInput> table = shared_rows(small);
   append(table, {
                     {with({"--batch", "0"}), 2, "--batch"},
@@ -382,7 +386,16 @@ TEST_CASE("bad inputs: train_mt exits 2 or 1 with a clear message for every bad 
                      1,
                      "notarget.tsv:2: expected source<TAB>target, got an empty target"},
                     {{"--data", data.dir.file("nul.tsv")}, 1, "nul.tsv:2: a NUL byte at column 3"},
-                    {{"--data", pairs, "--valid-pairs", "100000"}, 1, "valid 100000"},
+                    {{"--data", pairs, "--valid-pairs", "100000"},
+                     1,
+                     "--valid-pairs 100000 + --test-pairs 1000 need more than 101000 to leave some for training"},
+                    {{"--data", data.dir.file("empty.tsv")},
+                     1,
+                     "empty.tsv holds 0 sentence pairs, and --valid-pairs 500 + --test-pairs 1000 need more than "
+                     "1500 to leave some for training; a .tsv file holds one source<TAB>target pair per line"},
+                    {{"--data", data.dir.file("same.tsv"), "--valid-pairs", "1", "--test-pairs", "1"},
+                     1,
+                     "same.tsv holds 3 sentence pairs (1 kept: a pair with an empty side, the same text on both sides"},
                 });
   check_table("train_mt", table, data.dir);
   check_early_rows("train_mt", {"--data", fifo}, data.dir);
@@ -392,10 +405,7 @@ TEST_CASE("bad inputs: train_vit exits 2 or 1 with a clear message for every bad
   BadInputData data("bad_vit");
   const std::string fm = data.dir.file("fm");
   const std::vector<std::string> small{"--data", fm, "--valid-images", "4", "--batch", "8"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), small.begin(), small.end());
-    return args;
-  };
+  auto with = [&](std::vector<std::string> args) { return command_line(small, args); };
   std::vector<BadInput> table = shared_rows(small);
   append(table, {
                     {with({"--batch", "4611686018427387904"}), 2, "--batch expects an integer in [1, 65536]"},
@@ -438,13 +448,13 @@ TEST_CASE("bad inputs: train_vit exits 2 or 1 with a clear message for every bad
 TEST_CASE("bad inputs: compare exits 2 or 1 with a clear message for every bad flag and data file") {
   BadInputData data("bad_compare");
   const std::string text = data.dir.file("text.txt");
-  // The presets set the attention, so compare refuses --attn and --attn-opt (and --ckpt: --out names the folder).
+  // The presets set the attention, so compare has no --attn or --attn-opt (nor --ckpt: --out names the folder).
   std::vector<BadInput> table = without_flag(without_flag(shared_rows({"--data", text}), "--attn"), "--attn-opt");
   append(table, lm_rows(data.dir));
   append(table, {
-                    {{"--data", text, "--attn", "moh"}, 2, "--attn does not apply to compare"},
-                    {{"--data", text, "--attn-opt", "shared_heads=1"}, 2, "--attn-opt does not apply to compare"},
-                    {{"--data", text, "--ckpt", "runs/x"}, 2, "--ckpt does not apply to compare"},
+                    {{"--data", text, "--attn", "moh"}, 2, "unknown flag --attn"},
+                    {{"--data", text, "--attn-opt", "shared_heads=1"}, 2, "unknown flag --attn-opt"},
+                    {{"--data", text, "--ckpt", "runs/x"}, 2, "unknown flag --ckpt"},
                     {{"--data", text, "--seeds", "0"}, 2, "--seeds"},
                     {{"--data", text, "--seeds", "1000000"}, 2, "--seeds"},
                     {{"--data", text, "--steps", "5", "--warmup", "10"}, 2, "--warmup 10 must be below --steps 5"},

@@ -33,13 +33,20 @@ size_t occurrences(const std::string& text, const std::string& part) {
   return n;
 }
 
+// `text` without its leading and trailing spaces.
+std::string trimmed(const std::string& text) {
+  const size_t begin = text.find_first_not_of(' ');
+  return begin == std::string::npos ? "" : text.substr(begin, text.find_last_not_of(' ') + 1 - begin);
+}
+
 // The trimmed cells of the Markdown table row whose first cell is `first`.
 std::vector<std::string> table_cells(const std::string& table, const std::string& first) {
   std::istringstream lines(table);
   for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '|') continue;  // the text around the table
     std::vector<std::string> cells;
     std::istringstream parts(line.substr(1));
-    for (std::string cell; std::getline(parts, cell, '|');) cells.push_back(cell.substr(1, cell.find_last_not_of(' ')));
+    for (std::string cell; std::getline(parts, cell, '|');) cells.push_back(trimmed(cell));
     if (!cells.empty() && cells[0] == first) return cells;
   }
   return {};
@@ -65,7 +72,7 @@ Finished run_compare(const TempDir& dir, const std::string& args, const std::str
   const std::string command = "cd '" + dir.path.string() +
                               "' && timeout 120 '" HEADROOM_EXAMPLES_BIN_DIR
                               "/compare' --data text.txt --dim 16 --heads 4 --layers 1 --ffn 32 --batch 2 "
-                              "--eval-tokens 64 --warmup 1 --threads 1 --out out " +
+                              "--eval-tokens 64 --threads 1 --out out " +
                               context + " " + args + " > stdout.txt 2> stderr.txt";
   const auto start = std::chrono::steady_clock::now();
   const int raw = std::system(command.c_str());
@@ -96,8 +103,12 @@ TEST_CASE(
   CHECK(occurrences(log, "\"block\":\"F\"") == 4);
   CHECK(occurrences(log, "\"elapsed_s\":") == occurrences(log, "\"type\":"));
   const std::string table = file_text(dir.file("out/table.md"));
+  CAPTURE(table);
   CHECK(table.find("| valid loss at ") != std::string::npos);
   CHECK(table.find("| time to mha's valid loss ") != std::string::npos);
+  // Two seeds: the wall-clock columns are means with their spread, not marked as one run.
+  CHECK(table.find("one run") == std::string::npos);
+  CHECK(matches(table_cells(table, "mha")[9], R"(^\S+ ± \S+$)").size() == 1);  // tokens per second
   CHECK(table.find("| steps ") != std::string::npos);
   CHECK(table.find("| mae-equal-updates ") != std::string::npos);
   CHECK(std::filesystem::is_regular_file(dir.file("out/curves.png")));
@@ -121,14 +132,49 @@ TEST_CASE("compare: table.md shows each number as the console lines of its run d
   for (size_t m = 0; m < 2; ++m) {
     const std::vector<std::string> cells = table_cells(table, methods[m]);
     REQUIRE(cells.size() == 11);
-    CHECK(cells[1] == finals[m][2]);                           // bits per byte
-    CHECK(cells[2] == finals[m][1]);                           // validation loss
-    CHECK(cells[6] == models[m][3]);                           // active heads
-    CHECK(cells[7].rfind(models[m][1].str() + " (", 0) == 0);  // parameters, then the change
-    CHECK(cells[8] == models[m][2]);                           // MACs per token
-    CHECK(cells[9] == speeds[m][1]);                           // tokens per second
-    CHECK(cells[10] == speeds[m][2]);                          // peak memory
+    CHECK(cells[1] == finals[m][2]);   // bits per byte
+    CHECK(cells[2] == finals[m][1]);   // validation loss
+    CHECK(cells[6] == models[m][3]);   // active heads
+    CHECK(cells[8] == models[m][2]);   // MACs per token
+    CHECK(cells[9] == speeds[m][1]);   // tokens per second
+    CHECK(cells[10] == speeds[m][2]);  // peak memory
   }
+  // The reference row leaves its comparisons with itself empty: the time to its own loss, its parameters' change.
+  CHECK(table_cells(table, "mha")[4].empty());
+  CHECK(table_cells(table, "mha")[7] == models[0][1].str());
+  CHECK(table_cells(table, "moh50")[4] != "");
+  CHECK(table_cells(table, "moh50")[7].rfind(models[1][1].str() + " (", 0) == 0);  // parameters, then the change
+}
+
+TEST_CASE(
+    "compare: table.md names the machine and the load, each column's better direction, one-run timings and "
+    "what active heads count per method") {
+  TempDir dir("compare_notes");
+  const Finished run = run_compare(dir, "--methods mha,moa,moh50 --seeds 1 --steps 3");
+  CAPTURE(run.out);
+  REQUIRE(run.status == 0);
+  const std::string table = file_text(dir.file("out/table.md"));
+  CAPTURE(table);
+  CHECK(run.out.find(table) != std::string::npos);  // the console prints the same
+  const auto machine = matches(table, R"(Measured on (.+) \((\d+) CPUs\) with 1 thread; load average \(1, 5, 15 )"
+                                      R"(minutes, /proc/loadavg\) ([\d.]+ [\d.]+ [\d.]+) at the start and )"
+                                      R"(([\d.]+ [\d.]+ [\d.]+) at the end\.)");
+  REQUIRE(machine.size() == 1);
+  CHECK(!machine[0][1].str().empty());
+  const std::vector<std::string> header = table_cells(table, "method");
+  REQUIRE(header.size() == 11);
+  for (size_t column : {1, 2, 3, 4}) CHECK(header[column].find("(lower is better") != std::string::npos);
+  for (size_t column : {6, 7, 8, 10}) CHECK(header[column].find("lower is cheaper)") != std::string::npos);
+  CHECK(header[9] == "tok/s (higher is better; one run)");
+  for (size_t column : {3, 4, 9}) CHECK(header[column].find("; one run)") != std::string::npos);
+  for (size_t column : {1, 2, 6, 7, 8, 10}) CHECK(header[column].find("one run") == std::string::npos);
+  CHECK(header[5] == "steps");
+  for (const char* note : {"- mha: every head runs for every token",
+                           "- moa: k d_h / d, the k experts a token chooses of width d_h against MHA's d: k / h",
+                           "- moh50: (h_s + K_r) / h, the shared heads and the K_r routed heads each token chooses"})
+    CHECK(table.find(note) != std::string::npos);
+  CHECK(table.find("- mae:") == std::string::npos);  // only the methods compared
+  CHECK(table_cells(table, "moa")[6] == "50.00%");   // k = 2 of h = 4
 }
 
 TEST_CASE("compare: --eval-only and --resume take each run's trained context from its own checkpoint") {

@@ -2,6 +2,7 @@
 // (examples/common/{lm,mt,vit}_task.h): a few steps each, checking what a
 // run directory must hold and that the metrics are sane.
 #include <filesystem>
+#include <set>
 
 #include "headroom/core/image.h"
 #include "headroom/examples/common/lm_task.h"
@@ -40,6 +41,36 @@ LmOptions numbered_lines(const TempDir& dir, int64_t context) {
   return lm;
 }
 
+// 100 pairs "one and two\teins und zwei" in dir, and train_mt's options to learn them.
+MtOptions counting_pairs(const TempDir& dir) {
+  const char* english[] = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"};
+  const char* german[] = {"eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn"};
+  std::string tsv;
+  for (int a = 0; a < 10; ++a)
+    for (int b = 0; b < 10; ++b)
+      tsv += std::string(english[a]) + " and " + english[b] + "\t" + german[a] + " und " + german[b] + "\n";
+  MtOptions mt;
+  mt.data = dir.write("pairs.tsv", tsv), mt.valid_pairs = 10, mt.test_pairs = 10, mt.bpe_merges = 30, mt.batch = 8;
+  mt.eval_pairs = 10, mt.bleu_sentences = 4, mt.max_tokens = 16;
+  return mt;
+}
+
+// Two class folders of ten plain images each (dark and light, of mixed sizes)
+// in dir, and train_vit's options to classify them at 8x8 pixels.
+VitOptions two_classes_of_images(const TempDir& dir) {
+  for (int c = 0; c < 2; ++c) {
+    std::filesystem::create_directories(dir.file("images/class" + std::to_string(c)));
+    for (int i = 0; i < 10; ++i) {
+      int64_t size = 8 + i % 3 * 4;  // mixed sizes are resized
+      Tensor image = Tensor::full({size, size, 3}, c == 0 ? 0.1 + 0.01 * i : 0.9 - 0.01 * i);
+      save_png(dir.file("images/class" + std::to_string(c) + "/" + std::to_string(i) + ".png"), image);
+    }
+  }
+  VitOptions vit;
+  vit.images = dir.file("images"), vit.image_size = 8, vit.patch = 4, vit.batch = 8;
+  return vit;
+}
+
 }  // namespace
 
 TEST_CASE("run_lm trains a byte-level LM, samples text and writes the run directory") {
@@ -67,7 +98,7 @@ struct ModelCommandLine {
   Flags flags{"test", "model flags"};
   ModelOptions model;
   explicit ModelCommandLine(std::vector<std::string> args, const std::function<void(Flags&)>& add_task_flags = {}) {
-    add_model_flags(flags, model);
+    add_model_flags(flags, model, ModelStacks::encoder_decoder);
     if (add_task_flags) add_task_flags(flags);
     parse_command_line(flags, std::move(args));
   }
@@ -151,16 +182,7 @@ TEST_CASE("settle_trained_value: what --eval-only accepts besides the trained va
 
 TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes test translations") {
   TempDir dir("task_mt");
-  const char* english[] = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"};
-  const char* german[] = {"eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn"};
-  std::string tsv;
-  for (int a = 0; a < 10; ++a)
-    for (int b = 0; b < 10; ++b)
-      tsv += std::string(english[a]) + " and " + english[b] + "\t" + german[a] + " und " + german[b] + "\n";
-  dir.write("pairs.tsv", tsv);
-  MtOptions mt;
-  mt.data = dir.file("pairs.tsv"), mt.valid_pairs = 10, mt.test_pairs = 10, mt.bpe_merges = 30, mt.batch = 8;
-  mt.eval_pairs = 10, mt.bleu_sentences = 4, mt.max_tokens = 16;
+  MtOptions mt = counting_pairs(dir);
   RunSummary s = run_mt(mt, tiny_model("mae"), few_steps(dir.file("run")));
   CHECK(s.metric("bleu") >= 0);
   CHECK(s.metric("test_bleu") <= 100);
@@ -200,16 +222,8 @@ TEST_CASE("run_mt learns BPE, trains an encoder-decoder, scores BLEU and writes 
 
 TEST_CASE("run_vit trains on a folder of class subfolders and reports accuracy and the confusion matrix") {
   TempDir dir("task_vit");
-  for (int c = 0; c < 2; ++c) {
-    std::filesystem::create_directories(dir.file("images/class" + std::to_string(c)));
-    for (int i = 0; i < 10; ++i) {
-      int64_t size = 8 + i % 3 * 4;  // mixed sizes are resized
-      Tensor image = Tensor::full({size, size, 3}, c == 0 ? 0.1 + 0.01 * i : 0.9 - 0.01 * i);
-      save_png(dir.file("images/class" + std::to_string(c) + "/" + std::to_string(i) + ".png"), image);
-    }
-  }
-  VitOptions vit;
-  vit.images = dir.file("images"), vit.image_size = 8, vit.patch = 4, vit.batch = 8, vit.epochs = 2;
+  VitOptions vit = two_classes_of_images(dir);
+  vit.epochs = 2;
   RunSummary s = run_vit(vit, tiny_model("moa", "experts=4,k=2"), few_steps(dir.file("run")));
   CHECK(s.steps == 2 * 2);  // 16 training images, batch 8
   CHECK(s.metric("test_accuracy") >= 0);
@@ -226,6 +240,61 @@ TEST_CASE("run_vit trains on a folder of class subfolders and reports accuracy a
   CHECK(sized.image_size == 8);
   ModelCommandLine other({"--image-size", "16", "--images", vit.images}, [&](Flags& f) { add_vit_flags(f, sized); });
   CHECK_THROWS_HEADROOM(settle_vit_options(other.flags, sized, eval_only), "its model takes only 8");
+}
+
+// The files of docs/training.md's run-folder table, each with the binaries
+// that write it and whether only a run with routed attention does.
+struct RunFolderFile {
+  std::string name;
+  std::set<std::string> binaries;
+  bool routed_only;
+};
+
+const std::vector<RunFolderFile>& run_folder_files() {
+  const std::set<std::string> all{"lm", "mt", "vit"};
+  static const std::vector<RunFolderFile> files{
+      {"checkpoint.safetensors", all, false},
+      {"log.jsonl", all, false},
+      {"loss.png", all, false},
+      {"eval.png", all, false},
+      {"load.png", all, true},
+      {"load_heatmap.png", all, true},
+      {"gates.png", all, true},
+      {"routing.json", all, true},
+      {"routing.csv", all, true},
+      {"pmi.md", {"lm", "mt"}, true},
+      {"load_by_class.png", {"vit"}, true},
+      {"routing_by_class.csv", {"vit"}, true},
+      {"confusion.png", {"vit"}, false},
+      {"confusion.csv", {"vit"}, false},
+      {"test.hyp.txt", {"mt"}, false},
+  };
+  return files;
+}
+
+TEST_CASE("every binary writes the run-folder files docs/training.md lists for it, and no other, for each method") {
+  TempDir dir("task_run_files");
+  const LmOptions lm = numbered_lines(dir, 16);
+  const MtOptions mt = counting_pairs(dir);
+  const VitOptions vit = two_classes_of_images(dir);
+  const std::vector<std::pair<std::string, std::string>> methods{
+      {"mha", ""}, {"moa", "experts=4,k=2"}, {"moh", ""}, {"mae", ""}};
+  for (const std::string binary : {"lm", "mt", "vit"})
+    for (const auto& [attn_name, options_text] : methods) {
+      const std::string attn = attn_name, run = dir.file(binary + "-" + attn);  // named: CAPTURE before C++20
+      CAPTURE(run);
+      ModelOptions model = tiny_model(attn, options_text);
+      model.layers = 2;
+      TrainOptions o = few_steps(run);
+      o.steps = 2;
+      if (binary == "lm") run_lm(lm, model, o);
+      if (binary == "mt") run_mt(mt, model, o);
+      if (binary == "vit") run_vit(vit, model, o);
+      for (const RunFolderFile& file : run_folder_files()) {
+        CAPTURE(file.name);
+        CHECK(exists(run + "/" + file.name) == (file.binaries.count(binary) && (attn != "mha" || !file.routed_only)));
+      }
+    }
 }
 
 TEST_CASE("compare's method presets stay within 2% of MHA's parameters at the binaries' defaults") {
@@ -253,7 +322,18 @@ TEST_CASE("compare's method presets stay within 2% of MHA's parameters at the bi
   CHECK_THROWS_AS(method_preset("dense", ModelOptions{}), UsageError);
 }
 
-TEST_CASE("estimate_memory counts every method's parameters, and its total lies above the measured peak") {
+// A run shape of `rows` rows of `tokens` positions (an encoder-decoder's
+// targets as long as its sources) in training and evaluation.
+RunShape shape_of(int64_t rows, int64_t tokens) {
+  RunShape shape;
+  shape.rows = rows;
+  shape.eval_rows = rows;
+  shape.tokens = tokens;
+  shape.target_tokens = tokens;
+  return shape;
+}
+
+TEST_CASE("estimate_memory counts every method's parameters, and the largest of training, evaluation and decoding") {
   Generator gen(1);
   const std::vector<std::pair<std::string, std::string>> methods{{"mha", ""},
                                                                  {"mha", "kv_heads=2,head_dim=6"},
@@ -271,32 +351,133 @@ TEST_CASE("estimate_memory counts every method's parameters, and its total lies 
     ModelConfig vit = m.config(ModelStacks::encoder);
     lm.vocab = mt.vocab = 259, lm.max_len = mt.max_len = 16;
     vit.image_size = 8, vit.patch_size = 4, vit.channels = 3, vit.classes = 5;
-    CHECK(double(estimate_memory(lm, 2, 16).parameters) ==
+    CHECK(double(estimate_memory(lm, shape_of(2, 16)).parameters) ==
           doctest::Approx(double(DecoderLM(lm, gen).num_parameters())).epsilon(0.01));
-    CHECK(double(estimate_memory(mt, 2, 16).parameters) ==
+    CHECK(double(estimate_memory(mt, shape_of(2, 16)).parameters) ==
           doctest::Approx(double(EncoderDecoder(mt, gen).num_parameters())).epsilon(0.01));
-    CHECK(double(estimate_memory(vit, 2, 5).parameters) ==
+    CHECK(double(estimate_memory(vit, shape_of(2, 5)).parameters) ==
           doctest::Approx(double(ViT(vit, gen).num_parameters())).epsilon(0.01));
   }
-  const MemoryEstimate e = estimate_memory(ModelOptions{}.config(ModelStacks::decoder), 4, 32);
-  CHECK(e.weights == 4 * double(e.parameters));
-  CHECK(e.optimizer == 3 * e.weights);  // gradients and AdamW's two moments
-  // Against a training run's measured peak: above it (so a refusal is never of a run that fits), within 2.5 times.
+  ModelConfig c = ModelOptions{}.config(ModelStacks::encoder_decoder);
+  c.vocab = 1000;
+  RunShape shape = shape_of(4, 32);
+  shape.data_bytes = 1e6;
+  const MemoryEstimate training = estimate_memory(c, shape);
+  CHECK(training.weights == 4 * double(training.parameters));
+  CHECK(training.optimizer == 3 * training.weights);  // gradients and AdamW's two moments
+  CHECK(training.data == 1e6);
+  CHECK(training.total() == training.weights + training.optimizer + training.activations + training.data);
+  CHECK(training.activations_of == "a training step");
+  // Evaluation batches of many more rows, or a wide beam, hold more than the training step.
+  shape.eval_rows = 64;
+  const MemoryEstimate evaluation = estimate_memory(c, shape);
+  CHECK(evaluation.activations_of == "evaluation");
+  CHECK(evaluation.activations > training.activations);
+  shape.decode_rows = 64 * 64;  // --batch 64 --beam 64
+  const MemoryEstimate decoding = estimate_memory(c, shape);
+  CHECK(decoding.activations_of == "decoding");
+  CHECK(decoding.activations > evaluation.activations);
+}
+
+namespace {
+
+// An IDX file of `count` items of `shape` (u8), each byte `value(i)`.
+void write_idx(const TempDir& dir, const std::string& name, int64_t count, const std::vector<int64_t>& shape,
+               const std::function<uint8_t(int64_t)>& value) {
+  std::string bytes{0, 0, 8, char(1 + shape.size())};  // zeros, u8 items, the number of dimensions
+  std::vector<int64_t> dims{count};
+  dims.insert(dims.end(), shape.begin(), shape.end());
+  for (int64_t size : dims)
+    for (int shift : {24, 16, 8, 0}) bytes += char((size >> shift) & 0xff);
+  int64_t items = count;
+  for (int64_t size : shape) items *= size;
+  for (int64_t i = 0; i < items; ++i) bytes += char(value(i));
+  dir.write(name, bytes);
+}
+
+// Fashion-MNIST's shape: 60,000 training and 10,000 test images of 28x28 grey pixels, 10 classes.
+std::string fashion_mnist_shaped(const TempDir& dir) {
+  for (const auto& [part, count] : std::vector<std::pair<std::string, int64_t>>{{"train", 60000}, {"t10k", 10000}}) {
+    write_idx(dir, "fm/" + part + "-images-idx3-ubyte", count, {28, 28},
+              [](int64_t i) { return uint8_t(i * 7 % 251); });
+    write_idx(dir, "fm/" + part + "-labels-idx1-ubyte", count, {}, [](int64_t i) { return uint8_t(i % 10); });
+  }
+  return dir.file("fm");
+}
+
+// Pairs of random letters and spaces, 100 to 159 bytes a side: after BPE
+// most are near train_mt's --max-tokens, so every batch is about as wide as
+// the flags allow.
+std::string long_random_pairs(const TempDir& dir) {
+  Generator gen(3);
+  auto sentence = [&] {
+    std::string text;
+    for (int64_t n = 100 + gen.next_int(60); int64_t(text.size()) < n;)
+      text += gen.next_int(6) == 0 ? ' ' : char('a' + gen.next_int(26));
+    return text;
+  };
+  std::string tsv;
+  for (int i = 0; i < 1500; ++i) tsv += sentence() + "\t" + sentence() + "\n";
+  return dir.write("pairs.tsv", tsv);
+}
+
+// The defaults of a binary: the model set_*_defaults sets, its options' batch, two steps.
+TrainOptions two_default_steps(const std::function<void(ModelOptions&, TrainOptions&)>& set_defaults,
+                               ModelOptions& model) {
+  TrainOptions o;
+  set_defaults(model, o);
+  o.steps = 2;
+  o.warmup = 1;
+  o.eval_every = 2;
+  o.ckpt_dir = "";
+  o.quiet = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("the memory estimate lies between 1 and 2 times the measured peak of each binary's default run") {
+  // Each binary's default model and batch, on data of the default's shape; evaluations cut short (their
+  // batches keep the default shape). The peak is the backend's, over training and evaluation.
   TempDir dir("task_memory");
   std::string text;
-  for (int i = 0; i < 400; ++i) text += "line " + std::to_string(i) + " of a text to estimate the memory of\n";
-  LmOptions lm;
-  lm.data = dir.write("text.txt", text), lm.context = 64, lm.batch = 8, lm.eval_tokens = 64;
-  for (const std::string attn : {"mha", "moa"}) {
-    CAPTURE(attn);
-    ModelOptions m = tiny_model(attn);
-    m.dim = 64, m.ffn = 128, m.layers = 2;
-    ModelConfig c = m.config(ModelStacks::decoder);
-    c.vocab = 259, c.max_len = lm.context;
-    const double estimated = estimate_memory(c, lm.batch, lm.context).total();
-    const double peak = double(run_lm(lm, m, few_steps("")).peak_bytes);
-    CHECK(estimated > peak);
-    CHECK(estimated < 2.5 * peak);
+  for (int i = 0; i < 2000; ++i) text += "line " + std::to_string(i) + " of a text to estimate the memory of\n";
+  const std::string long_text = dir.write("text.txt", text);
+  std::vector<std::pair<std::string, RunSummary>> runs;
+  for (const std::string attn : {"mha", "moa", "moh", "mae"}) {
+    ModelOptions model;
+    TrainOptions o = two_default_steps(set_lm_defaults, model);
+    model.attn = attn;
+    LmOptions lm;
+    lm.data = long_text;
+    lm.eval_tokens = 2 * lm.batch * lm.context;
+    runs.emplace_back("train_lm " + attn, run_lm(lm, model, o));
+  }
+  {
+    ModelOptions model;
+    TrainOptions o = two_default_steps(set_mt_defaults, model);
+    MtOptions mt;
+    mt.data = long_random_pairs(dir);
+    mt.valid_pairs = 32;
+    mt.test_pairs = 32;
+    mt.eval_pairs = 32;
+    mt.bleu_sentences = 32;
+    runs.emplace_back("train_mt mha", run_mt(mt, model, o));
+  }
+  {
+    ModelOptions model;
+    TrainOptions o = two_default_steps(set_vit_defaults, model);
+    VitOptions vit;
+    vit.data = fashion_mnist_shaped(dir);
+    vit.eval_images = 64;
+    runs.emplace_back("train_vit mha", run_vit(vit, model, o));
+  }
+  for (const auto& [run, summary] : runs) {
+    const double ratio = summary.estimated_bytes / double(summary.peak_bytes);
+    INFO(run, ": estimated ", summary.estimated_bytes / 1048576, " MiB, peak ", summary.peak_bytes / 1048576.0,
+         " MiB, ratio ", ratio);
+    CHECK(ratio >= 1.0);
+    CHECK(ratio <= 2.0);
   }
 }
 
@@ -318,4 +499,37 @@ TEST_CASE("the tasks refuse batches whose sizes multiply past the limit before a
   VitOptions vit;
   vit.images = dir.file("images"), vit.image_size = 8, vit.patch = 4, vit.batch = INT64_MAX, vit.epochs = 1;
   CHECK_THROWS_AS(run_vit(vit, tiny_model("mha"), few_steps("")), UsageError);
+}
+
+TEST_CASE("a checkpoint's model config is held to the flags' ranges, and another task's checkpoint is named as such") {
+  TempDir dir("task_checkpoint_config");
+  const LmOptions lm = numbered_lines(dir, 8);
+  run_lm(lm, tiny_model("moh", "shared_heads=1,routed_k=2"), few_steps(dir.file("run")));
+  TrainOptions eval_only = few_steps(dir.file("run"));
+  eval_only.eval_only = true;
+  // An LM's checkpoint given to the ViT and the translation binaries.
+  VitOptions vit = two_classes_of_images(dir);
+  CHECK_THROWS_HEADROOM(
+      run_vit(vit, ModelOptions{}, eval_only),
+      "is a language model's checkpoint (train_lm), not an image classifier's checkpoint (train_vit)");
+  MtOptions mt;
+  ModelCommandLine mt_flags({}, [&](Flags& f) { add_mt_flags(f, mt); });
+  CHECK_THROWS_HEADROOM(settle_mt_options(mt_flags.flags, mt, eval_only),
+                        "is a language model's checkpoint (train_lm), not a translation model's checkpoint");
+  // Values edited into the header (both checksums recomputed) pass the checks of the flags that set them.
+  const std::string path = checkpoint_path(dir.file("run"));
+  const SafetensorsFile original = load_safetensors(path);
+  auto refused = [&](const std::string& key, const std::string& value, const std::string& message) {
+    StringMap metadata = original.metadata;
+    metadata[key] = value;
+    save_safetensors(path, original.tensors, metadata);
+    CHECK_THROWS_HEADROOM(run_lm(lm, ModelOptions{}, eval_only), message.c_str());
+  };
+  refused("model.heads", "0", "model.heads is 0, outside the range [1, 1024] a model accepts");
+  refused("model.dim", "18", "model.dim 18 is not divisible by model.heads 4");
+  refused("model.max_len", "0", "model.max_len is 0, outside the range");
+  refused("model.vocab", "-3", "model.vocab is -3, outside the range");
+  refused("model.dropout", "1.5", "model.dropout is 1.5, outside the range [0, 1)");
+  refused("attention.option.routed_k", "-7", "its attention settings are not ones a model accepts");
+  refused("model.encoder_layers", "1", "is a translation model's checkpoint (train_mt), not a language model's");
 }

@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "headroom/examples/common/model_options.h"
 #include "headroom/examples/common/progress.h"
@@ -380,29 +383,147 @@ TEST_CASE("train: a checkpoint without its header checksum is refused, though it
   CHECK_THROWS_HEADROOM(train(again, o), "is a headroom training checkpoint without the checksums");
 }
 
-TEST_CASE("train: --resume without --seed continues with the checkpoint's seed; a different one is refused") {
-  TempDir dir("trainer_resume_seed");
-  CountingTask task("mha");
-  TrainOptions first = small_run(dir.file("run"));
-  first.seed = 7, first.steps = 8;
-  train(task, first);
-  auto resumed = [&](std::vector<std::string> args) {
-    Flags flags("test", "train flags");
-    TrainOptions o = small_run(dir.file("run"));
-    add_train_flags(flags, o);
-    args.insert(args.begin(), {"--resume", "--ckpt", dir.file("run")});
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// A run's command line as training_main settles it: parsed, the resumed
+// run's settings taken from its checkpoint, then the schedule.
+struct SettledRun {
+  Flags flags{"test", "train flags"};
+  TrainOptions options;
+  int64_t saved_step = -1;
+  SettledRun(const std::string& dir, std::vector<std::string> args) : options(small_run(dir)) {
+    add_train_flags(flags, options);
     parse_command_line(flags, std::move(args));
-    settle_train_options(flags, o);
-    settle_resumed_seed(flags, o);
-    return o;
-  };
-  TrainOptions o = resumed({});
-  CHECK(o.seed == 7);
+    saved_step = settle_resumed_settings(flags, flags, options);
+    settle_train_options(flags, options);
+    options.settings = &flags;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("train: --resume takes every run setting from the checkpoint; a change is noted or refused") {
+  TempDir dir("trainer_resume_settings");
+  const std::string run = dir.file("run");
+  SettledRun first(run, {"--seed", "7", "--steps", "8", "--lr", "0.005", "--warmup", "2", "--clip", "0.5"});
+  CountingTask task("mha");
+  train(task, first.options);
+  SettledRun plain(run, {"--resume", "--ckpt", run});
+  CHECK(plain.options.seed == 7);
+  CHECK(plain.options.steps == 8);
+  CHECK(plain.options.lr == 0.005);
+  CHECK(plain.options.warmup == 2);  // restored, not derived again from --steps
+  CHECK(plain.options.clip == 0.5);
+  CHECK(plain.saved_step == 8);
+  CHECK(resumed_run_is_finished(plain.flags, plain.options, plain.saved_step));  // says so; the binary exits 0
+  CHECK_THROWS_HEADROOM(SettledRun(run, {"--resume", "--ckpt", run, "--steps", "6"}),
+                        "--steps 6 is not past the checkpoint");
+  CHECK_THROWS_HEADROOM(SettledRun(run, {"--resume", "--ckpt", run, "--seed", "3", "--steps", "16"}),
+                        "--seed 3 differs from the run's 7");
+  // An extension keeps the run's settings and changes what it is given, from the next step on.
+  SettledRun longer(run, {"--resume", "--ckpt", run, "--steps", "12", "--lr", "0.002"});
+  CHECK(longer.options.steps == 12);
+  CHECK(longer.options.lr == 0.002);
+  CHECK(longer.options.clip == 0.5);
+  CHECK_FALSE(resumed_run_is_finished(longer.flags, longer.options, longer.saved_step));
   CountingTask again("mha");
-  CHECK(train(again, o).last_step == 12);
-  CHECK(resumed({"--seed", "7"}).seed == 7);
-  CHECK_THROWS_HEADROOM(train(again, resumed({"--seed", "3", "--steps", "16"})),
-                        "was made with --seed 7, not 3; pass --seed 7 to resume it");
+  CHECK(train(again, longer.options).last_step == 12);
+  // --eval-only takes the settings too, and refuses training flags given to it.
+  SettledRun evaluated(run, {"--eval-only", "--ckpt", run});
+  CHECK(evaluated.options.lr == 0.002);
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--eval-only", "--ckpt", run, "--steps", "5"},
+                                               std::vector<std::string>{"--eval-only", "--ckpt", run, "--seed", "7"}}) {
+    Flags flags("test", "train flags");
+    TrainOptions o = small_run(run);
+    add_train_flags(flags, o);
+    parse_command_line(flags, args);
+    CHECK_THROWS_HEADROOM(check_flags_apply(flags), "--eval-only");
+  }
+}
+
+TEST_CASE("train: a checkpoint's settings pass the flags' own range checks") {
+  TempDir dir("trainer_resume_bad_setting");
+  const std::string run = dir.file("run");
+  SettledRun first(run, {"--steps", "4"});
+  CountingTask task("mha");
+  train(task, first.options);
+  edit_metadata(run, [](StringMap& m) { m["run.lr"] = "-1"; });
+  CHECK_THROWS_HEADROOM(SettledRun(run, {"--resume", "--ckpt", run}),
+                        "its setting run.lr = '-1' is not a value the flag takes: --lr expects a number in");
+}
+
+TEST_CASE("train: a second process on a run folder is refused naming the holder's pid") {
+  TempDir dir("trainer_lock");
+  const std::string run = dir.file("run");
+  std::filesystem::create_directories(run);
+  {
+    const std::shared_ptr<void> held = hold_run_folder(run);
+    CHECK(hold_run_folder(run) == held);  // one process shares its hold
+    // Another open file description is what a second process holds: flock refuses it.
+    const int other = ::open((run + "/run.lock").c_str(), O_RDWR);
+    REQUIRE(other >= 0);
+    CHECK(::flock(other, LOCK_EX | LOCK_NB) != 0);
+    ::close(other);
+  }
+  // This process's hold is gone; a lock taken elsewhere stops a run.
+  const int other = ::open((run + "/run.lock").c_str(), O_RDWR);
+  REQUIRE(::flock(other, LOCK_EX | LOCK_NB) == 0);
+  CountingTask task("mha");
+  CHECK_THROWS_HEADROOM(
+      train(task, small_run(run)),
+      ("the run folder " + run + " is in use by another process (pid " + std::to_string(::getpid())).c_str());
+  ::close(other);
+  CountingTask again("mha");
+  CHECK(train(again, small_run(run)).last_step == 12);
+}
+
+TEST_CASE("train: --resume refuses a log.jsonl that is not the run's history up to its checkpoint") {
+  TempDir dir("trainer_resume_log");
+  const std::string run = dir.file("run");
+  CountingTask task("mha");
+  TrainOptions o = small_run(run);
+  o.steps = 8;
+  train(task, o);
+  const std::string log = read_text(run + "/log.jsonl");
+  o.resume = true, o.steps = 12;
+  auto resume_with_log = [&](const std::string& text) {
+    write_text(run + "/log.jsonl", text);
+    CountingTask again("mha");
+    return train(again, o);
+  };
+  // Two runs appended to one log: step 1 follows step 8.
+  CHECK_THROWS_HEADROOM(resume_with_log(log + log),
+                        "is not one run's history: its train line of step 1 follows step 8");
+  // A log cut before the checkpoint's step.
+  const std::string first_line = log.substr(0, log.find('\n') + 1);
+  CHECK_THROWS_HEADROOM(resume_with_log(first_line), "ends at step 1, before the checkpoint's step 8");
+  CHECK(resume_with_log(log).last_step == 12);
+}
+
+TEST_CASE("train: a checkpoint holding a non-finite weight is refused on resume, naming it, not called good") {
+  TempDir dir("trainer_resume_inf");
+  const std::string run = dir.file("run");
+  CountingTask task("mha");
+  TrainOptions o = small_run(run);
+  o.steps = 8;
+  train(task, o);
+  SafetensorsFile file = load_safetensors(checkpoint_path(run));
+  file.tensors[0].second.data<float>()[0] = INFINITY;
+  save_safetensors(checkpoint_path(run), file.tensors, file.metadata);
+  o.resume = true, o.steps = 12;
+  CountingTask again("mha");
+  CHECK_THROWS_HEADROOM(train(again, o), (file.tensors[0].first +
+                                          " holds a NaN or infinite value at step 8 in the "
+                                          "checkpoint " +
+                                          checkpoint_path(run) + ": it cannot be resumed or evaluated")
+                                             .c_str());
 }
 
 TEST_CASE("train: a fresh run into a folder that holds a run is refused; --overwrite replaces that run") {
@@ -472,7 +593,7 @@ struct TrainingCommandLine {
     flags.add("methods", &methods, "presets");
     flags.add("generate", &generate, "tokens", {0, 100});
     flags.add("temperature", &temperature, "sampling", {0, 10, End::open, End::closed});
-    add_model_flags(flags, model);
+    add_model_flags(flags, model, ModelStacks::encoder_decoder);
     add_train_flags(flags, train);
     parse_command_line(flags, std::move(args));
   }
@@ -502,11 +623,17 @@ TEST_CASE("start_run refuses a run whose memory estimate exceeds --max-memory, w
   MemoryEstimate e;
   e.weights = 1 << 20, e.optimizer = 3 << 20, e.activations = 4 << 20;
   CHECK_THROWS_HEADROOM(
-      start_run(o, e),
-      "the run needs about 8.0 MiB (weights 1.0 MiB, gradients and AdamW moments 3.0 MiB, activations "
-      "4.0 MiB; an estimate), more than the 1.0 MiB of --max-memory 1MiB");
+      start_run(o, ModelConfig(), e),
+      "the run needs about 8.0 MiB (weights 1.0 MiB, gradients and AdamW moments 3.0 MiB, activations of a training "
+      "step 4.0 MiB; an estimate), more than the 1.0 MiB of --max-memory 1MiB");
   o.max_memory = "8MiB";
-  CHECK_NOTHROW(start_run(o, e));
+  CHECK_NOTHROW(start_run(o, ModelConfig(), e));
+  // The data held as tensors count too, and the pass whose activations are the largest is named.
+  e.data = 1 << 20;
+  e.activations_of = "evaluation";
+  CHECK_THROWS_HEADROOM(start_run(o, ModelConfig(), e),
+                        "the run needs about 9.0 MiB (weights 1.0 MiB, gradients and AdamW moments 3.0 MiB, "
+                        "activations of evaluation 4.0 MiB, data 1.0 MiB; an estimate)");
 }
 
 TEST_CASE("run_config_table lists only the flags that apply to the run") {

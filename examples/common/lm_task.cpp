@@ -25,6 +25,15 @@ ModelConfig lm_config(const ModelSource& source, const LmOptions& lm) {
   return c;
 }
 
+// The batches of an LM run: --batch windows of the context, in training and in evaluation.
+RunShape lm_shape(const LmOptions& lm) {
+  RunShape shape;
+  shape.rows = lm.batch;
+  shape.eval_rows = lm.batch;
+  shape.tokens = lm.context;
+  return shape;
+}
+
 class LmTask : public ModelTask<DecoderLM> {
  public:
   LmTask(const LmOptions& lm, const ModelSource& source, uint64_t seed)
@@ -170,7 +179,7 @@ void add_lm_flags(Flags& flags, LmOptions& o) {
 
 void settle_lm_options(const Flags& flags, LmOptions& lm, const TrainOptions& train) {
   if (!train.resume && !train.eval_only) return;
-  const ModelConfig trained = checkpoint_config(train);
+  const ModelConfig trained = checkpoint_config(train, ModelStacks::decoder);
   settle_trained_value(flags, train, "context", lm.context, trained.max_len,
                        trained.positions == PositionKind::learned ? EvalAccepts::smaller : EvalAccepts::any);
 }
@@ -181,7 +190,8 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
   if (lm.generate > 0 && lm.prompt.empty()) throw UsageError("--generate needs a non-empty --prompt");
   check_data_exists("--data", lm.data, "lm");
   const ModelSource source = model_source(model_options, o, ModelStacks::decoder);
-  start_run(o, estimate_memory(lm_config(source, lm), lm.batch, lm.context));
+  const MemoryEstimate estimate = estimate_memory(lm_config(source, lm), lm_shape(lm));
+  start_run(o, lm_config(source, lm), estimate);
   LmTask task(lm, source, o.seed);
   const double macs_per_token = double(task.typed_model().forward_macs(lm.context)) / double(lm.context);
   std::printf("%s\n", model_summary(summarize("lm", task.model(), task.config(), o, {}, macs_per_token),
@@ -189,12 +199,13 @@ RunSummary run_lm(const LmOptions& lm, const ModelOptions& model_options, const 
                           .c_str());
   TrainResult result = train(task, o);
   RunSummary summary = summarize("lm", task.model(), task.config(), o, result, macs_per_token);
+  summary.estimated_bytes = estimate.total();
   if (writes_run_files(o)) {
     const std::string label = o.ckpt_dir + ", " + task.config().attention.type;
     write_curve_plots(o.ckpt_dir, "bits_per_byte", label);
-    if (task.config().attention.type != "mha")
+    if (has_routed_attention(task.model()))
       write_routing_report(
-          o.ckpt_dir, task.routing_statistics(), shared_head_count(task.model()),
+          o.ckpt_dir, task.routing_statistics(), task.model(),
           [&](int32_t id) { return task.tokenizer().describe_token(id); }, label);
   }
   if (lm.generate > 0) print_sample(task, lm, o.seed);

@@ -184,74 +184,181 @@ double size_option(const AttentionChoice& choice, const std::string& key, int64_
   return double(value && *value > 0 ? *value : fallback);
 }
 
-// Parameters, and floats saved per token for the backward pass (estimate_memory).
+bool option_is(const AttentionChoice& choice, const std::string& key, const std::string& value) {
+  auto found = choice.options.find(key);
+  return found != choice.options.end() && found->second == value;
+}
+
+// The width of the queries a layer computes: every head's, or only the
+// active heads' (h_s + K_r, h / 4 each by default) for MoH with its learned
+// router and no RoPE.
+double query_width(const AttentionChoice& choice, int64_t heads, double width) {
+  if (choice.type != "moh" || option_is(choice, "router", "qnorm") || option_is(choice, "rope", "true"))
+    return double(heads) * width;
+  const int64_t quarter = std::max<int64_t>(1, heads / 4);
+  return (size_option(choice, "shared_heads", quarter) + size_option(choice, "routed_k", quarter)) * width;
+}
+
+// Whether an MAE layer's gate reads every token (prefix_mean, which `auto`
+// picks for the causal self-attention of a decoder-only model), not one mean per sequence.
+bool gate_per_token(const AttentionChoice& choice, const ModelConfig& c, AttentionRole role) {
+  if (option_is(choice, "gate_input", "prefix_mean")) return true;
+  const bool automatic = choice.options.count("gate_input") == 0 || option_is(choice, "gate_input", "auto");
+  return automatic && role == AttentionRole::decoder_self && c.encoder_layers == 0;
+}
+
+// Parameters, and the floats kept per token (estimate_memory): saved for a
+// training step's backward pass per query token and per token of the memory
+// a cross-attention reads, cached by decoding per position, and the most
+// that one block saves (a bound on what a forward without gradients holds).
 struct Footprint {
-  double weights = 0, floats_per_token = 0;
+  double weights = 0, saved = 0, saved_memory = 0, cached = 0, widest_block = 0;
   Footprint& operator+=(const Footprint& other) {
-    weights += other.weights, floats_per_token += other.floats_per_token;
+    weights += other.weights;
+    saved += other.saved;
+    saved_memory += other.saved_memory;
+    cached += other.cached;
+    widest_block = std::max(widest_block, other.widest_block);
     return *this;
   }
 };
 
-Footprint attention_footprint(const AttentionChoice& choice, const ModelConfig& c) {
+Footprint moa_footprint(const AttentionChoice& choice, const ModelConfig& c, bool cross) {
   const double d = double(c.dim);
-  if (choice.type == "moa") {
-    const double experts = size_option(choice, "experts", MoAConfig().num_experts);
-    const double k = size_option(choice, "k", MoAConfig().k);
-    const double width = size_option(choice, "head_dim", c.dim / c.heads);
-    // E query and output experts, one shared K and V, the router (its logits, probabilities and gates per token).
-    return {2 * experts * d * width + 2 * d * width + d * experts, 4 * k * width + 4 * width + 3 * experts};
-  }
+  const double experts = size_option(choice, "experts", MoAConfig().num_experts);
+  const double k = size_option(choice, "k", MoAConfig().k);
+  const double width = size_option(choice, "head_dim", c.dim / c.heads);
+  Footprint f;
+  f.weights = 2 * experts * d * width + 2 * d * width + d * experts;  // E query and output experts, K and V, router
+  // The k chosen experts' queries, outputs and log-sum-exps; the router's logits, probabilities and gates.
+  f.saved = 2 * k * width + k + 3 * experts;
+  const double keys = 4 * width;  // the shared K and V and their head-major copies
+  if (cross) f.saved_memory = keys;
+  else f.saved += keys;
+  f.cached = 2 * width;
+  return f;
+}
+
+Footprint attention_footprint(const AttentionChoice& choice, const ModelConfig& c, AttentionRole role) {
+  const bool cross = role == AttentionRole::cross;
+  if (choice.type == "moa") return moa_footprint(choice, c, cross);
+  const double d = double(c.dim);
   const int64_t heads = int64_t(size_option(choice, "heads", c.heads));
   const double width = size_option(choice, "head_dim", c.dim / heads);
   const double w = double(heads) * width, w_kv = size_option(choice, "kv_heads", heads) * width;
-  Footprint f{2 * d * w + 2 * d * w_kv + w + 2 * w_kv + d, 4 * (w + w_kv) + double(heads)};
-  if (choice.type == "moh") f.weights += d * double(heads + 2);  // the routers of routed and shared heads, their mix
-  if (choice.type == "mae") {                                    // the gate MLP
+  Footprint f;
+  f.weights = 2 * d * w + 2 * d * w_kv + w + 2 * w_kv + d;
+  // The queries of the heads that run, their head-major copy and the attention output; a log-sum-exp per head.
+  f.saved = 3 * query_width(choice, heads, width) + double(heads);
+  if (cross) f.saved_memory = 2 * w_kv;  // the keys and values, per token of the memory
+  else f.saved += 2 * w_kv;
+  f.cached = 2 * w_kv;
+  if (choice.type == "moh") {  // the routers of routed and shared heads and their mix: logits, probabilities, gates
+    f.weights += d * double(heads + 2);
+    f.saved += 3 * double(heads + 2);
+  }
+  // MAE: the gate MLP; the mixture over the experts, and a per-token gate's input and hidden layer.
+  if (choice.type == "mae") {
     const double hidden = size_option(choice, "gate_hidden", c.dim);
     f.weights += (d + 1) * hidden + (hidden + 1) * double(heads);
+    f.saved += 3 * double(heads) + (gate_per_token(choice, c, role) ? 2 * d + 2 * hidden : 0);
   }
   return f;
 }
 
 // `layers` blocks of self-attention in `role`, each with a cross-attention when `cross`.
 Footprint stack_footprint(const ModelConfig& c, AttentionRole role, int64_t layers, bool cross) {
-  const double d = double(c.dim), ffn = double(c.ffn_hidden);
-  Footprint f;
+  const double d = double(c.dim), ffn = double(c.ffn_hidden), norms = cross ? 3 : 2;
+  // The MLP's hidden layer before and after its activation; each norm's input, output and statistics.
+  Footprint mlp_and_norms;
+  mlp_and_norms.weights = 2 * d * ffn + ffn + d + 2 * norms * d;
+  mlp_and_norms.saved = 2 * ffn + norms * (2 * d + 2);
+  Footprint stack;
   for (int64_t layer = 0; layer < layers; ++layer) {
-    f += attention_footprint(c.attention.resolve(layer, role), c);
-    if (cross) f += attention_footprint(c.attention.resolve(layer, AttentionRole::cross), c);
-    f += {2 * d * ffn + ffn + d + (cross ? 6 : 4) * d, (cross ? 8 : 6) * d + 3 * ffn};  // MLP and norms
+    Footprint block = attention_footprint(c.attention.resolve(layer, role), c, role);
+    if (cross) block += attention_footprint(c.attention.resolve(layer, AttentionRole::cross), c, AttentionRole::cross);
+    block += mlp_and_norms;
+    block.widest_block = block.saved;
+    stack += block;
   }
-  return f;
+  return stack;
 }
 
 // Token embeddings (learned positions too), the final norms and the output layer.
-Footprint edge_footprint(const ModelConfig& c, int64_t tokens) {
+double edge_weights(const ModelConfig& c, int64_t tokens) {
   const double d = double(c.dim), vocab = double(c.vocab);
   const double positions = c.positions == PositionKind::learned ? double(c.max_len) * d : 0;
-  Footprint f;
-  if (c.decoder_layers > 0) f += {vocab * d * (c.tie_embeddings ? 1 : 2) + positions + 2 * d, 4 * d + 2 * vocab};
-  if (c.encoder_layers > 0 && c.decoder_layers > 0) f += {double(c.source_vocab()) * d + positions + 2 * d, 4 * d};
+  double weights = 0;
+  if (c.decoder_layers > 0) weights += vocab * d * (c.tie_embeddings ? 1 : 2) + positions + 2 * d;
+  if (c.encoder_layers > 0 && c.decoder_layers > 0) weights += double(c.source_vocab()) * d + positions + 2 * d;
   if (c.decoder_layers == 0) {  // a ViT: patch embedding, class token, positions, head
     const double patch = double(c.channels * c.patch_size * c.patch_size), classes = double(c.classes);
-    f += {(patch + 1 + double(tokens) + 3) * d + classes * (d + 1), patch + 4 * d};
+    weights += (patch + 1 + double(tokens) + 3) * d + classes * (d + 1);
   }
-  return f;
+  return weights;
+}
+
+// The floats per row of a training step, an evaluation batch and decoding.
+struct RowFloats {
+  double train = 0, eval = 0, decode = 0;
+};
+
+// A ViT: per token its image's pixels and their patch rows, and the final
+// norm; per image the logits and their softmax.
+RowFloats vit_row_floats(const ModelConfig& c, const RunShape& shape, const Footprint& encoder) {
+  const double d = double(c.dim), tokens = double(shape.tokens);
+  const double patch = double(c.channels * c.patch_size * c.patch_size);
+  const double edge = 2 * patch + 2 * d + 2, head = 2 * double(c.classes);
+  const double largest_gradient = double(c.ffn_hidden);
+  RowFloats row;
+  row.train = tokens * (encoder.saved + edge + largest_gradient) + head;
+  row.eval = tokens * (encoder.widest_block + edge) + head;
+  return row;
+}
+
+// A decoder-only LM (no encoder: `encoder` empty) or an encoder-decoder: per
+// source token the encoder's blocks and final norm and the keys and values
+// the cross-attentions make of it; per target token the decoder's blocks,
+// the final norm and the logits, and in training the largest gradient beside them.
+RowFloats text_row_floats(const ModelConfig& c, const RunShape& shape, const Footprint& encoder,
+                          const Footprint& decoder) {
+  const bool has_encoder = c.encoder_layers > 0;
+  const double d = double(c.dim), vocab = double(c.vocab);
+  const double sources = has_encoder ? double(shape.tokens) : 0;
+  const double targets = double(has_encoder ? shape.target_tokens : shape.tokens);
+  const double source_edge = has_encoder ? 2 * d + 2 + decoder.saved_memory : 0;
+  const double target_edge = vocab + 2 * d + 2;
+  const double largest_gradient = std::max(vocab, double(c.ffn_hidden));
+  RowFloats row;
+  row.train = sources * (encoder.saved + source_edge) + targets * (decoder.saved + target_edge + largest_gradient);
+  row.eval = sources * (encoder.widest_block + source_edge) + targets * (decoder.widest_block + target_edge);
+  if (has_encoder)  // every decoder attention's keys and values for each position, the encoder's output, one token
+    row.decode = (sources + targets) * decoder.cached + sources * d + decoder.widest_block + target_edge;
+  return row;
 }
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const ModelConfig& c, int64_t rows, int64_t tokens) {
-  Footprint f = edge_footprint(c, tokens);
-  if (c.encoder_layers > 0) f += stack_footprint(c, AttentionRole::encoder_self, c.encoder_layers, false);
+MemoryEstimate estimate_memory(const ModelConfig& c, const RunShape& shape) {
+  Footprint encoder, decoder;
+  if (c.encoder_layers > 0) encoder = stack_footprint(c, AttentionRole::encoder_self, c.encoder_layers, false);
   if (c.decoder_layers > 0)
-    f += stack_footprint(c, AttentionRole::decoder_self, c.decoder_layers, c.encoder_layers > 0);
+    decoder = stack_footprint(c, AttentionRole::decoder_self, c.decoder_layers, c.encoder_layers > 0);
+  const RowFloats row =
+      c.decoder_layers == 0 ? vit_row_floats(c, shape, encoder) : text_row_floats(c, shape, encoder, decoder);
+  const std::vector<std::pair<double, std::string>> passes{{double(shape.rows) * row.train, "a training step"},
+                                                           {double(shape.eval_rows) * row.eval, "evaluation"},
+                                                           {double(shape.decode_rows) * row.decode, "decoding"}};
+  const auto largest =
+      std::max_element(passes.begin(), passes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   MemoryEstimate e;
-  e.parameters = int64_t(f.weights);
-  e.weights = 4 * f.weights;
+  const double weights = edge_weights(c, shape.tokens) + encoder.weights + decoder.weights;
+  e.parameters = int64_t(weights);
+  e.weights = 4 * weights;
   e.optimizer = 3 * e.weights;
-  e.activations = 4 * double(rows) * double(tokens) * f.floats_per_token;
+  e.activations = 4 * largest->first;
+  e.activations_of = largest->second;
+  e.data = shape.data_bytes;
   return e;
 }
 
@@ -281,10 +388,90 @@ ModelConfig ModelOptions::config(ModelStacks stacks) const {
   return c;
 }
 
-ModelConfig checkpoint_config(const TrainOptions& train) {
+namespace {
+
+// The stacks of `c`'s model and, for a message, whose checkpoint it is.
+std::optional<ModelStacks> stacks_of(const ModelConfig& c) {
+  if (c.encoder_layers > 0 && c.decoder_layers > 0) return ModelStacks::encoder_decoder;
+  if (c.decoder_layers > 0) return ModelStacks::decoder;
+  if (c.encoder_layers > 0) return ModelStacks::encoder;
+  return std::nullopt;
+}
+
+std::string task_of(ModelStacks stacks) {
+  if (stacks == ModelStacks::decoder) return "a language model's checkpoint (train_lm)";
+  if (stacks == ModelStacks::encoder) return "an image classifier's checkpoint (train_vit)";
+  return "a translation model's checkpoint (train_mt)";
+}
+
+void check_field(const std::string& path, const char* field, int64_t value, int64_t min, int64_t max) {
+  HEADROOM_CHECK(value >= min && value <= max, "[checkpoint] ", path, ": model.", field, " is ", value,
+                 ", outside the range [", min, ", ", max, "] a model accepts");
+}
+
+void check_real_field(const std::string& path, const char* field, double value, double min, double below) {
+  HEADROOM_CHECK(value >= min && value < below, "[checkpoint] ", path, ": model.", field, " is ", value,
+                 ", outside the range [", min, ", ", below, ") a model accepts");
+}
+
+// The ViT fields: an image of whole patches, channels and classes in range.
+void check_image_fields(const ModelConfig& c, const std::string& path) {
+  check_field(path, "image_size", c.image_size, 1, kMaxImageSize);
+  check_field(path, "patch_size", c.patch_size, 1, c.image_size);
+  HEADROOM_CHECK(c.image_size % c.patch_size == 0, "[checkpoint] ", path, ": model.image_size ", c.image_size,
+                 " is not a whole number of model.patch_size ", c.patch_size, " patches");
+  check_field(path, "channels", c.channels, 1, 4);
+  check_field(path, "classes", c.classes, 1, kMaxClasses);
+}
+
+// Every attention layer's method and options, as --attn-opt and --attn-set would be checked.
+void check_checkpoint_attention(const ModelConfig& c, const std::string& path) {
+  ModelOptions as_flags;
+  try {
+    check_attention_names(c, as_flags);
+  } catch (const UsageError& error) {
+    HEADROOM_FAIL("[checkpoint] ", path, ": its attention settings are not ones a model accepts: ", error.what());
+  }
+}
+
+}  // namespace
+
+void check_checkpoint_config(const ModelConfig& c, ModelStacks stacks, const std::string& path) {
+  const std::optional<ModelStacks> held = stacks_of(c);
+  HEADROOM_CHECK(held.has_value(), "[checkpoint] ", path, ": model.encoder_layers and model.decoder_layers are both 0");
+  HEADROOM_CHECK(*held == stacks, "[checkpoint] ", path, " is ", task_of(*held), ", not ", task_of(stacks),
+                 "; pass it to the binary of its task");
+  check_field(path, "dim", c.dim, 1, kMaxDim);
+  check_field(path, "heads", c.heads, 1, kMaxHeads);
+  HEADROOM_CHECK(c.dim % c.heads == 0, "[checkpoint] ", path, ": model.dim ", c.dim,
+                 " is not divisible by model.heads ", c.heads);
+  check_field(path, "encoder_layers", c.encoder_layers, 0, kMaxLayers);
+  check_field(path, "decoder_layers", c.decoder_layers, 0, kMaxLayers);
+  check_field(path, "ffn_hidden", c.ffn_hidden, 1, kMaxFfn);
+  const int64_t stack_weights =
+      std::max(c.encoder_layers, c.decoder_layers) * (4 * c.dim * c.dim + 2 * c.dim * c.ffn_hidden);
+  HEADROOM_CHECK(stack_weights <= kMaxStackWeights, "[checkpoint] ", path, ": a stack of its model has ", stack_weights,
+                 " weights, over the limit of ", kMaxStackWeights);
+  check_real_field(path, "dropout", c.dropout, 0, 1);
+  check_real_field(path, "attn_dropout", c.attn_dropout, 0, 1);
+  HEADROOM_CHECK(c.norm_eps > 0 && c.norm_eps <= 1, "[checkpoint] ", path, ": model.norm_eps is ", c.norm_eps,
+                 ", outside the range (0, 1] a model accepts");
+  if (stacks == ModelStacks::encoder) {
+    check_image_fields(c, path);
+  } else {
+    check_field(path, "vocab", c.vocab, 1, kMaxVocab);
+    check_field(path, "src_vocab", c.src_vocab, 0, kMaxVocab);
+    check_field(path, "max_len", c.max_len, 1, kMaxContext + 1);
+  }
+  check_checkpoint_attention(c, path);
+}
+
+ModelConfig checkpoint_config(const TrainOptions& train, ModelStacks stacks) {
   if (train.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
-  return ModelConfig::from_checkpoint_metadata(read_checkpoint_metadata(train.ckpt_dir),
-                                               checkpoint_path(train.ckpt_dir));
+  const std::string path = checkpoint_path(train.ckpt_dir);
+  ModelConfig config = ModelConfig::from_checkpoint_metadata(read_checkpoint_metadata(train.ckpt_dir), path);
+  check_checkpoint_config(config, stacks, path);
+  return config;
 }
 
 void settle_trained_value(const Flags& flags, const TrainOptions& train, const std::string& flag, int64_t& value,
@@ -311,18 +498,24 @@ ModelSource model_source(const ModelOptions& m, const TrainOptions& train, Model
   const std::string path = checkpoint_path(train.ckpt_dir);
   const StringMap metadata = read_checkpoint_metadata(train.ckpt_dir);
   ModelSource source{ModelConfig::from_checkpoint_metadata(metadata, path), task_metadata(metadata), true};
+  check_checkpoint_config(source.config, stacks, path);
   check_attention_keys(source.config, m.attn_set);
   check_flags_agree(m, source.config, path);
   return source;
 }
 
-void add_model_flags(Flags& flags, ModelOptions& m) {
+void add_model_flags(Flags& flags, ModelOptions& m, ModelStacks stacks) {
   m.flags = &flags;
   flags.add("attn", &m.attn, "attention: mha | moa | moh | mae");
   flags.add("attn-opt", &m.attn_opt, "the method's options, key=value,... (e.g. shared_heads=2,routed_k=4)");
-  flags.add("attn-set", &m.attn_set,
-            "attention per layer or role, key=value,... with keys [<role>.][layer.<i>.]type or ...option.<name>, "
-            "roles encoder_self, decoder_self, cross (e.g. layer.0.type=mha,cross.option.kv_heads=1)");
+  const std::string roles =
+      stacks == ModelStacks::encoder_decoder
+          ? "roles encoder_self, decoder_self, cross (e.g. layer.0.type=mha,cross.option.kv_heads=1)"
+          : std::string("role ") + (stacks == ModelStacks::decoder ? "decoder_self" : "encoder_self") +
+                " (e.g. layer.0.type=mha,layer.1.option.kv_heads=1)";
+  flags.add(
+      "attn-set", &m.attn_set,
+      "attention per layer or role, key=value,... with keys [<role>.][layer.<i>.]type or ...option.<name>, " + roles);
   flags.add("dim", &m.dim, "model width d", {1, kMaxDim});
   flags.add("heads", &m.heads, "attention heads h (MoA: d / h is the default expert width)", {1, kMaxHeads});
   flags.add("layers", &m.layers, "transformer layers (per stack)", {1, kMaxLayers});

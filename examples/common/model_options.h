@@ -27,6 +27,9 @@ constexpr int64_t kMaxStackWeights = int64_t(1) << 31;
 // The largest batch (sequences, sentence pairs or images per step), sequence
 // length and tokens per batch (batch × length) the task flags accept.
 constexpr int64_t kMaxBatch = 65536, kMaxContext = 65536, kMaxBatchTokens = int64_t(1) << 24;
+// The largest image side (--image-size, --patch), vocabulary (bytes, BPE
+// merges and special tokens) and class count a model may have.
+constexpr int64_t kMaxImageSize = 1024, kMaxVocab = int64_t(1) << 21, kMaxClasses = int64_t(1) << 20;
 
 // The stacks of a task's model: an LM's decoder, a ViT's encoder, a
 // translation model's both.
@@ -53,7 +56,8 @@ struct ModelOptions {
   ModelConfig config(ModelStacks stacks) const;
 };
 
-void add_model_flags(Flags& flags, ModelOptions& options);
+// `stacks`: the model's, so that --attn-set's help names only the roles it has.
+void add_model_flags(Flags& flags, ModelOptions& options, ModelStacks stacks);
 
 // Where a run's model comes from.  For --resume and --eval-only the
 // checkpoint is the source of truth: its config and task entries (e.g. the
@@ -70,29 +74,47 @@ struct ModelSource {
 // UsageError naming the flag, the checkpoint's field and both values.
 ModelSource model_source(const ModelOptions& options, const TrainOptions& train, ModelStacks stacks);
 
-// The memory of a training step of `rows` sequences (or images) of `tokens`
-// positions each (an LM's context, a translation model's source and target
-// length, a ViT's patches and class token) with `config`'s model, in f32,
-// from the sizes alone, before anything is allocated (so a model too large
-// to build is refused, not built to be counted):
+// The batches a run's memory estimate covers: its training step, its
+// evaluation batches (forwards without gradients) and its decoding (train_mt's
+// BLEU decodes), each at the longest the flags allow.
+struct RunShape {
+  int64_t rows = 0;           // sequences, sentence pairs or images per training step
+  int64_t tokens = 0;         // positions per row: an LM's context, a ViT's patches and class token, a source
+  int64_t target_tokens = 0;  // an encoder-decoder's decoder positions per row (0 for the other models)
+  int64_t eval_rows = 0;      // rows per evaluation batch
+  int64_t decode_rows = 0;    // rows an encoder-decoder decodes at once: batch x beam (0: no decoding)
+  double data_bytes = 0;      // the task's data held as tensors beside the model (a ViT's images on the CPU)
+};
+
+// The memory of a run of `config`'s model, in f32, from the sizes alone,
+// before anything is allocated (so a model too large to build is refused,
+// not built to be counted):
 //   weights      the parameters of the embeddings, every block (its attention
 //                by its method's size options, its MLP and norms) and the head
-//   optimizer    3 × weights: the gradients and AdamW's two moments
-//   activations  4 bytes × rows · tokens · per-token floats: per block what
-//                autograd saves, 6 d (residual stream, norms' inputs and
-//                outputs, dropout masks) + 3 ffn (the MLP's hidden layer
-//                before and after its activation, its mask) + 4 (w + w_kv)
-//                (q of width w = heads · head_dim, k and v of w_kv, their
-//                head-major copies, the attention output and its merge; MoA:
-//                k experts' queries and outputs and one shared K and V) +
-//                heads (one log-sum-exp per head: the kernel recomputes the
-//                T × T probabilities in its backward pass, so there is no
-//                h · T term), a cross-attention and its norm again in a
-//                decoder after an encoder; plus the embeddings and final norm
-//                (4 d) and the logits with their softmax (2 vocab).
-// An estimate, not a measurement: the backward pass's temporaries and the
-// data come on top, fused kernels save less.
-MemoryEstimate estimate_memory(const ModelConfig& config, int64_t rows, int64_t tokens);
+//   optimizer    3 x weights: the gradients and AdamW's two moments
+//   activations  the largest of three, 4 bytes x floats:
+//     a training step: rows x per-token floats that autograd keeps for the
+//       backward pass, counted per block from what the layers save (each
+//       norm's input and output, the MLP's hidden layer before and after its
+//       activation; MHA, MoH and MAE: the queries of the heads that run, their
+//       head-major copy and the attention output, the keys and values, one
+//       log-sum-exp per head, and the routers' logits, probabilities and gates;
+//       MoA: the k chosen experts' queries and outputs, the shared keys and
+//       values and their copies; MAE: its per-token gate input and hidden layer
+//       under prefix_mean; a cross-attention's keys and values per source
+//       token), plus the patch rows or the final norm and logits, and the
+//       largest gradient beside them (logits or MLP hidden layer);
+//     an evaluation batch: eval_rows x per-token floats of the widest block
+//       and the model's input and output layers (no gradients: one block's
+//       tensors at a time);
+//     decoding: decode_rows x the keys and values every decoder attention
+//       caches for each source and target position, the encoder's output and
+//       one token's forward;
+//   data         shape.data_bytes.
+// There is no h x T^2 term: the attention kernel recomputes the
+// probabilities in its backward pass.  An estimate, not a measurement:
+// checked against the measured peaks in tests/test_tasks.cpp.
+MemoryEstimate estimate_memory(const ModelConfig& config, const RunShape& shape);
 
 // A task flag whose value the trained model fixes: an LM's --context, a
 // translation model's --max-tokens, a ViT's --image-size.  For --resume and
@@ -109,9 +131,17 @@ void settle_trained_value(const Flags& flags, const TrainOptions& train, const s
                           int64_t trained, EvalAccepts eval_accepts);
 
 // The config of the checkpoint that --resume and --eval-only start from
-// (checked to be a training checkpoint), for settling the task's flags
-// before the data is read.
-ModelConfig checkpoint_config(const TrainOptions& train);
+// (checked to be a training checkpoint and by check_checkpoint_config), for
+// settling the task's flags before the data is read.
+ModelConfig checkpoint_config(const TrainOptions& train, ModelStacks stacks);
+
+// Holds a checkpoint's model config to what the model flags accept (a
+// checksum proves a file intact, not sane): its stacks must be `stacks`'s
+// (a checkpoint of another task is named as such: "a translation model's
+// checkpoint (train_mt)"), and every size that reaches a division, an
+// allocation or an index lies in the flags' range.  Throws headroom::Error
+// naming `path`, the field and the range.
+void check_checkpoint_config(const ModelConfig& config, ModelStacks stacks, const std::string& path);
 
 // "a=1,b=x" -> {a: 1, b: x}; throws UsageError naming `flag` on an entry
 // without '=' or without a value and on a key given twice.

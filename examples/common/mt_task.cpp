@@ -45,9 +45,23 @@ Widths widths(const TokenPairs& batch) {
   return longest;
 }
 
+// The cleaned pairs of --data; too few for the validation and test splits
+// and some training is an error that says how many the file held and why
+// the others were dropped.
 SentencePairs load_pairs(const MtOptions& mt) {
   SentencePairs raw = std::filesystem::is_directory(mt.data) ? read_mo_dir(mt.data) : read_tsv(mt.data);
-  return clean_pairs(raw, size_t(mt.max_bytes));
+  SentencePairs kept = clean_pairs(raw, size_t(mt.max_bytes));
+  const size_t held_out = size_t(mt.valid_pairs + mt.test_pairs);
+  HEADROOM_CHECK(kept.size() > held_out, "[train_mt] ", mt.data, " holds ", raw.size(), " sentence pairs",
+                 raw.size() == kept.size() ? ""
+                                           : " (" + std::to_string(kept.size()) + " kept: " +
+                                                 "a pair with an empty side, the same text on both sides, a "
+                                                 "side past --max-bytes " +
+                                                 std::to_string(mt.max_bytes) + " or seen before is dropped)",
+                 ", and --valid-pairs ", mt.valid_pairs, " + --test-pairs ", mt.test_pairs, " need more than ",
+                 held_out, " to leave some for training",
+                 raw.empty() ? "; a .tsv file holds one source<TAB>target pair per line" : "");
+  return kept;
 }
 
 // The model config of a translation run before its pairs are read, for the
@@ -57,6 +71,20 @@ ModelConfig planned_config(const ModelSource& source, const MtOptions& mt) {
   ModelConfig c = source.config;
   if (!source.from_checkpoint) c.vocab = Tokenizer().vocab_size() + mt.bpe_merges, c.max_len = mt.max_tokens + 1;
   return c;
+}
+
+// The batches of a translation run at the longest --max-tokens allows (a
+// source's tokens and <eos>, <bos> and a target's tokens): --batch pairs in
+// training and in the loss's evaluation, --batch sentences times --beam
+// hypotheses in the BLEU decodes.
+RunShape mt_shape(const MtOptions& mt) {
+  RunShape shape;
+  shape.rows = mt.batch;
+  shape.eval_rows = mt.batch;
+  shape.decode_rows = mt.batch * mt.beam;
+  shape.tokens = mt.max_tokens + 1;
+  shape.target_tokens = mt.max_tokens + 1;
+  return shape;
 }
 
 // The tokenizer a checkpoint was trained with.
@@ -300,7 +328,7 @@ void add_mt_flags(Flags& flags, MtOptions& o) {
 
 void settle_mt_options(const Flags& flags, MtOptions& mt, const TrainOptions& train) {
   if (!train.resume && !train.eval_only) return;
-  const ModelConfig trained = checkpoint_config(train);
+  const ModelConfig trained = checkpoint_config(train, ModelStacks::encoder_decoder);
   settle_trained_value(flags, train, "max-tokens", mt.max_tokens, trained.max_len - 1,
                        trained.positions == PositionKind::learned ? EvalAccepts::smaller : EvalAccepts::any);
 }
@@ -312,7 +340,8 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
   check_data_exists("--data", mt.data, "mt");
   const ModelSource source = model_source(model_options, o, ModelStacks::encoder_decoder);
   if (source.from_checkpoint && model_options.given("bpe-merges")) check_merges_agree(mt, source, o.ckpt_dir);
-  start_run(o, estimate_memory(planned_config(source, mt), mt.batch, mt.max_tokens + 1));
+  const MemoryEstimate estimate = estimate_memory(planned_config(source, mt), mt_shape(mt));
+  start_run(o, source.config, estimate);
   MtTask task(mt, source, o.seed);
   const ParallelSplit& split = task.split();
   std::printf("data: %s train / %s valid / %s test pairs, vocabulary %s (%s BPE merges)\n",
@@ -329,12 +358,13 @@ RunSummary run_mt(const MtOptions& mt, const ModelOptions& model_options, const 
   std::printf("test: %s\n", test.to_string().c_str());
   result.eval.emplace_back("test_bleu", test.score);
   RunSummary summary = summarize("mt", task.model(), task.config(), o, result, macs_per_token);
+  summary.estimated_bytes = estimate.total();
   if (writes_run_files(o)) {
     const std::string label = o.ckpt_dir + ", " + task.config().attention.type;
     write_curve_plots(o.ckpt_dir, "bleu", label);
-    if (task.config().attention.type != "mha")
+    if (has_routed_attention(task.model()))
       write_routing_report(
-          o.ckpt_dir, task.routing_statistics(), shared_head_count(task.model()),
+          o.ckpt_dir, task.routing_statistics(), task.model(),
           [&](int32_t id) { return task.tokenizer().describe_token(id); }, label, "encoder self");
   }
   return summary;

@@ -103,10 +103,14 @@ int training_main(Flags& flags, TrainOptions& options, int argc, char** argv, co
     check_flags_apply(flags);
     world = options.communicator = launch_communicator(options);
     try {
+      // Held to the end, from before the checkpoint is read: a second process is refused at once.
+      const std::shared_ptr<void> folder = writes_run_files(options) ? hold_run_folder(options.ckpt_dir) : nullptr;
+      const int64_t saved_step = settle_resumed_settings(flags, flags, options);
       settle_train_options(flags, options);
-      settle_resumed_seed(flags, options);
       if (settle) settle();
+      if (resumed_run_is_finished(flags, options, saved_step)) return 0;
       check_run_directory(options);
+      options.settings = &flags;
       if (options.threads > 0) set_num_threads(options.threads);
       options.config_flags = &flags;  // the run prints the config table once it has estimated its memory
       RunSummary summary = run();

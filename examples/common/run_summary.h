@@ -25,6 +25,7 @@ struct RunSummary {
   int ranks = 1;                   // data-parallel processes
   double communication_share = 0;  // of the training time, in the ranks' all-reduces
   size_t peak_bytes = 0;
+  double estimated_bytes = 0;  // the memory estimate the run printed before it started (estimate_memory)
   double seconds = 0;
   int64_t steps = 0;
   bool interrupted = false;                      // stopped by Ctrl-C (the binaries then exit with 130)
@@ -37,9 +38,12 @@ RunSummary summarize(const std::string& task, const Module& model, const ModelCo
                      const TrainOptions& options, const TrainResult& result, double macs_per_item);
 
 // main() of a training binary once its flags are declared: parses them,
-// refuses one given that does not apply (check_flags_apply), settles the
-// train flags (settle_train_options, settle_resumed_seed) and then the task's
-// (`settle`, e.g. the trained lengths a checkpoint fixes), refuses a fresh
+// refuses one given that does not apply (check_flags_apply), holds the run
+// folder (hold_run_folder), takes a resumed run's settings from its
+// checkpoint (settle_resumed_settings), settles the train flags
+// (settle_train_options) and then the task's (`settle`, e.g. the trained
+// lengths a checkpoint fixes), ends a plain --resume of a finished run with
+// status 0 (resumed_run_is_finished), refuses a fresh
 // run into a folder that holds one (check_run_directory), sets the thread
 // count, runs (which prints the config table, start_run), prints the summary.  Launched by mpirun or
 // srun it trains data-parallel over the job's ranks (docs/distributed.md):

@@ -1,6 +1,11 @@
 #include "headroom/examples/common/trainer.h"
 
 #include <csignal>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +29,12 @@
 namespace headroom::examples {
 
 namespace {
+
+// --resume and --eval-only: one of them at most, with --ckpt.
+void check_run_mode(const TrainOptions& o) {
+  if (o.resume && o.eval_only) throw UsageError("--resume and --eval-only exclude each other; pass one");
+  if ((o.resume || o.eval_only) && o.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -204,9 +215,90 @@ void save_checkpoint(TrainTask& task, const Optimization& optimization, const Tr
   metadata["train.seed"] = std::to_string(o.seed);
   metadata["train.generator_seed"] = std::to_string(gen.seed());
   metadata["train.generator_offset"] = std::to_string(gen.offset());
+  if (o.settings != nullptr)
+    for (const auto& [name, value] : o.settings->values())
+      if (is_run_setting(name)) metadata["run." + name] = value;
   make_run_directory(o.ckpt_dir);
   keep_previous_checkpoint(o.ckpt_dir);
   save_safetensors(checkpoint_path(o.ckpt_dir), entries, metadata);
+}
+
+// ---- one writer per run folder ------------------------------------------------------
+// An exclusive flock on DIR/run.lock, which the kernel releases when the
+// process ends however it ends, so a killed run leaves no stale lock.
+class RunFolderLock {
+ public:
+  explicit RunFolderLock(const std::string& dir) : path_(dir + "/run.lock") {
+    make_run_directory(dir);
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    HEADROOM_CHECK(fd_ >= 0, "[train] cannot open ", path_, ": ", std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      const std::string holder = read_holder();
+      ::close(fd_);
+      HEADROOM_CHECK(error != EWOULDBLOCK, "[train] the run folder ", dir, " is in use by another process (pid ",
+                     holder, ", which holds ", path_,
+                     "): two processes would mix one run's checkpoints and log; wait for it to end, stop it, or "
+                     "use another --ckpt folder");
+      HEADROOM_FAIL("[train] cannot lock ", path_, ": ", std::strerror(error));
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    HEADROOM_CHECK(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) == ssize_t(pid.size()),
+                   "[train] cannot write ", path_, ": ", std::strerror(errno));
+  }
+  ~RunFolderLock() { ::close(fd_); }
+  RunFolderLock(const RunFolderLock&) = delete;
+  RunFolderLock& operator=(const RunFolderLock&) = delete;
+
+ private:
+  // The pid the holder wrote, or "unknown" (it may not have written it yet).
+  std::string read_holder() const {
+    char text[32] = {};
+    const ssize_t bytes = ::pread(fd_, text, sizeof text - 1, 0);
+    const std::string pid = bytes > 0 ? std::string(text, size_t(bytes)) : "";
+    const size_t end = pid.find('\n');
+    return end == std::string::npos || end == 0 ? "unknown" : pid.substr(0, end);
+  }
+
+  std::string path_;
+  int fd_ = -1;
+};
+
+// --resume appends to log.jsonl, which must be this run's history up to the
+// checkpoint: its train lines one per step, ending at or past `step`.  The
+// lines past it (steps run after the checkpoint by the process that stopped)
+// are dropped by JsonlLog; this says so.
+void check_resumed_log(const std::string& dir, int64_t step) {
+  const std::string path = dir + "/log.jsonl";
+  std::error_code ignored;
+  if (!std::filesystem::exists(path, ignored)) {
+    std::printf("note: %s is missing; a new log starts at step %lld\n", path.c_str(), (long long)step + 1);
+    return;
+  }
+  std::vector<int64_t> steps;
+  for (const auto& row : read_jsonl_numbers(path, "train"))
+    for (const auto& [key, value] : row)
+      if (key == "step") steps.push_back(int64_t(value));
+  for (size_t i = 1; i < steps.size(); ++i)
+    HEADROOM_CHECK(steps[i] == steps[i - 1] + 1, "[train] ", path, " is not one run's history: its train line of step ",
+                   steps[i], " follows step ", steps[i - 1],
+                   " (two runs wrote to it, or it was edited); move it aside to resume with a new log");
+  const int64_t last = steps.empty() ? 0 : steps.back();
+  HEADROOM_CHECK(last >= step, "[train] ", path, " ends at step ", last, ", before the checkpoint's step ", step,
+                 " (it is not this run's log, or it was cut); move it aside to resume with a new log");
+  if (last > step)
+    std::printf(
+        "note: %s goes on to step %lld, past the checkpoint at step %lld; those %lld steps are dropped from "
+        "it and trained again\n",
+        path.c_str(), (long long)last, (long long)step, (long long)(last - step));
+}
+
+// "; the checkpoint before it is kept as DIR/checkpoint.prev.safetensors: ...", when there is one.
+std::string previous_note(const std::string& dir) {
+  std::error_code ignored;
+  if (!std::filesystem::is_regular_file(previous_checkpoint_path(dir), ignored)) return "";
+  return "; the checkpoint before it is kept as " + previous_checkpoint_path(dir) + ": copy it over " +
+         checkpoint_path(dir) + " to go on from there";
 }
 
 // A checkpoint that cannot be read names the one kept before it, if any.
@@ -216,10 +308,9 @@ SafetensorsFile load_checkpoint_file(const std::string& dir,
   try {
     return load(checkpoint_path(dir));
   } catch (const Error& error) {
-    std::error_code ignored;
-    if (!std::filesystem::is_regular_file(previous_checkpoint_path(dir), ignored)) throw;
-    HEADROOM_FAIL(error.what(), "; the checkpoint before it is kept as ", previous_checkpoint_path(dir),
-                  ": copy it over ", checkpoint_path(dir), " to go on from there");
+    const std::string previous = previous_note(dir);
+    if (previous.empty()) throw;
+    HEADROOM_FAIL(error.what(), previous);
   }
 }
 
@@ -260,6 +351,9 @@ int64_t resume_checkpoint(TrainTask& task, Optimization& optimization, const Tra
   NamedTensors model_entries, optimizer_entries;
   for (auto& entry : file.tensors)
     (is_optimizer_entry(entry.first) ? optimizer_entries : model_entries).push_back(entry);
+  check_finite_tensors(
+      file.tensors, step,
+      " in the checkpoint " + path + ": it cannot be resumed or evaluated" + previous_note(o.ckpt_dir));
   task.model().load_state_dict(model_entries);
   optimization.load_state(optimizer_entries);
   task.model_generator().set_state(metadata_uint64(metadata, "train.generator_seed", path),
@@ -332,6 +426,14 @@ class TrainingLoop {
     result_.seconds = seconds_since(start);
     result_.items_per_second = progress_.items_per_second();
     result_.peak_bytes = memory.memory_stats().peak_bytes;
+    // What this call's training measured, for a later reader of the finished run (compare --resume).
+    if (!result_.interrupted)
+      log_.write({{"type", std::string("summary")},
+                  {"step", result_.last_step},
+                  {"items_per_second", result_.items_per_second},
+                  {"training_seconds", result_.seconds},
+                  {"peak_bytes", int64_t(result_.peak_bytes)},
+                  {"communication_seconds", result_.communication_seconds}});
     if (!result_.interrupted || parallel_.rank() != 0) return;
     progress_.finish();
     std::printf("interrupted at step %lld%s%s\n", (long long)result_.last_step,
@@ -415,6 +517,17 @@ class TrainingLoop {
 
 }  // namespace
 
+std::shared_ptr<void> hold_run_folder(const std::string& dir) {
+  static std::map<std::string, std::weak_ptr<RunFolderLock>> held;  // this process's holds, by folder
+  make_run_directory(dir);  // so that its canonical path names it however `dir` is spelt
+  std::error_code ignored;
+  const std::string key = std::filesystem::canonical(dir, ignored).string();
+  if (auto lock = held[key].lock()) return lock;
+  auto lock = std::make_shared<RunFolderLock>(dir);
+  held[key] = lock;
+  return lock;
+}
+
 StringMap read_checkpoint_metadata(const std::string& ckpt_dir) {
   SafetensorsFile file = load_checkpoint_file(ckpt_dir, load_safetensors_header);  // the tensors are not read
   check_checkpoint(file);
@@ -491,13 +604,18 @@ void add_train_flags(Flags& flags, TrainOptions& o) {
   flags.add("threads", &o.threads, "CPU threads (0: HEADROOM_NUM_THREADS or all cores)", {0, kMaxThreads});
   flags.add("device", &o.device, "cpu, cuda or cuda:N (data is loaded on the CPU)");
   flags.add("tf32", &o.tf32, "CUDA: TF32 tensor-core matmuls (faster, less precise)");
-  flags.add("max-memory", &o.max_memory,
-            "refuse a run estimated to need more, e.g. 4GiB (default: a CPU run's MemAvailable)");
+  flags.add("max-memory", &o.max_memory, "refuse a run estimated to need more, e.g. 4GiB");
+  flags.describe_default("max-memory", "MemAvailable of /proc/meminfo on the CPU, none on CUDA");
+  // The defaults settle_schedule derives from --steps, as a run at the default --steps uses them.
+  flags.describe_default("warmup", std::to_string(std::min(o.warmup, o.steps / 10)) + ": a tenth of --steps, at most " +
+                                       std::to_string(o.warmup));
+  flags.describe_default("eval-every", std::to_string(std::min(o.eval_every, std::max<int64_t>(1, o.steps / 5))) +
+                                           ": a fifth of --steps, at most " + std::to_string(o.eval_every));
 }
 
 void settle_schedule(const Flags* flags, TrainOptions& o) {
-  if (flags != nullptr && !flags->was_set("warmup")) o.warmup = std::min(o.warmup, o.steps / 10);
-  if (flags != nullptr && !flags->was_set("eval-every"))
+  if (flags != nullptr && !flags->is_settled("warmup")) o.warmup = std::min(o.warmup, o.steps / 10);
+  if (flags != nullptr && !flags->is_settled("eval-every"))
     o.eval_every = std::min(o.eval_every, std::max<int64_t>(1, o.steps / 5));
   const std::string steps = " --steps " + std::to_string(o.steps);
   if (o.warmup >= o.steps)
@@ -515,8 +633,7 @@ void settle_train_options(const Flags& flags, TrainOptions& o) {
     throw UsageError("--epochs " + flags.value("epochs") + " sets the number of steps; drop --steps " +
                      std::to_string(o.steps));
   if (!steps_from_epochs) settle_schedule(&flags, o);
-  if (o.resume && o.eval_only) throw UsageError("--resume and --eval-only exclude each other; pass one");
-  if ((o.resume || o.eval_only) && o.ckpt_dir.empty()) throw UsageError("--resume and --eval-only need --ckpt DIR");
+  check_run_mode(o);
   if (!o.max_memory.empty() && !parse_byte_size(o.max_memory))
     throw UsageError(
         "--max-memory expects a size such as 4GiB, 512MiB or 1000000 (bytes; units B, KiB, MiB, GiB, "
@@ -524,9 +641,128 @@ void settle_train_options(const Flags& flags, TrainOptions& o) {
         o.max_memory + "'");
 }
 
-void settle_resumed_seed(const Flags& flags, TrainOptions& o) {
-  if (o.resume && !flags.was_set("seed"))
-    o.seed = metadata_uint64(read_checkpoint_metadata(o.ckpt_dir), "train.seed", checkpoint_path(o.ckpt_dir));
+namespace {
+
+// The flags of one invocation, the model's (the checkpoint's config holds
+// it) and the lengths the model fixes (settle_trained_value): not run settings.
+const std::set<std::string> kNotRunSettings{
+    "ckpt",  "resume",   "overwrite",  "eval-only",  "device",   "tf32",     "max-memory", "log-every",
+    "attn",  "attn-opt", "attn-set",   "dim",        "heads",    "layers",   "ffn",        "dropout",
+    "patch", "context",  "max-tokens", "image-size", "channels", "generate", "prompt",     "temperature",
+    "top-k", "task",     "methods",    "seeds",      "out"};
+
+// Run settings a resumed run keeps: another value would make it another run
+// (other batches, data, blocks), not the same run continued.
+const std::set<std::string> kFixedSettings{"seed",         "batch",       "data",       "images",    "valid-fraction",
+                                           "valid-images", "valid-pairs", "test-pairs", "max-bytes", "bpe-merges",
+                                           "bcd-warm",     "bcd-f",       "bcd-g",      "mae-joint"};
+
+// The settings that shape the learning-rate schedule.
+const std::set<std::string> kScheduleSettings{"steps", "warmup", "lr", "min-lr-ratio"};
+
+// A given setting whose value differs from the run's.
+struct SettingChange {
+  std::string name, given, stored;
+};
+
+// Sets `--name` from the checkpoint, whose text must pass the flag's own checks.
+void restore_setting(Flags& settings, const std::string& name, const std::string& text, const std::string& path) {
+  try {
+    settings.restore(name, text);
+  } catch (const UsageError& error) {
+    HEADROOM_FAIL("[checkpoint] ", path, ": its setting run.", name, " = '", text,
+                  "' is not a value the flag takes: ", error.what());
+  }
+}
+
+// The learning rate of step `step` (counted from 1) under the schedule of `o`.
+double scheduled_lr(const TrainOptions& o, int64_t step) {
+  return o.lr * WarmupCosine{o.warmup, o.steps, o.min_lr_ratio}.factor(std::min(step, o.steps));
+}
+
+// What a changed schedule does from the step after the checkpoint.
+void print_schedule_note(const TrainOptions& before, const TrainOptions& after, int64_t step) {
+  const std::string ended =
+      step + 1 > before.steps ? " (its final rate: it ended at step " + std::to_string(before.steps) + ")" : "";
+  std::printf(
+      "note: the learning rate of step %lld is %.4g under the new schedule (warm-up %lld, cosine decay to "
+      "%.4g at step %lld), where the run's schedule gave %.4g%s\n",
+      (long long)step + 1, scheduled_lr(after, step + 1), (long long)after.warmup, after.lr * after.min_lr_ratio,
+      (long long)after.steps, scheduled_lr(before, step + 1), ended.c_str());
+}
+
+// --resume: refuses a change that makes another run, notes each other one.
+void apply_resume_changes(const std::vector<SettingChange>& changes, Flags& settings, const TrainOptions& o,
+                          int64_t step, const std::string& path) {
+  bool schedule_changed = false;
+  for (const SettingChange& change : changes) {
+    if (change.name == "steps" && o.steps <= step)
+      throw UsageError("--steps " + change.given + " is not past the checkpoint " + path + " at step " +
+                       std::to_string(step) + ": pass more steps to train on, or --eval-only to evaluate it");
+    if (kFixedSettings.count(change.name))
+      throw UsageError("--" + change.name + " " + change.given + " differs from the run's " + change.stored + " in " +
+                       path + ": a resumed run keeps its --" + change.name +
+                       " (another value would make it another run); drop the flag, or start a new run in another "
+                       "--ckpt folder");
+    schedule_changed = schedule_changed || kScheduleSettings.count(change.name);
+    std::printf("note: --%s %s replaces the run's %s from step %lld on\n", change.name.c_str(), change.given.c_str(),
+                change.stored.c_str(), (long long)step + 1);
+  }
+  if (!schedule_changed) return;
+  for (const SettingChange& change : changes) settings.restore(change.name, change.stored);
+  const TrainOptions before = o;
+  for (const SettingChange& change : changes) settings.restore(change.name, change.given);
+  print_schedule_note(before, o, step);
+}
+
+}  // namespace
+
+bool is_run_setting(const std::string& name) { return kNotRunSettings.count(name) == 0; }
+
+int64_t settle_resumed_settings(const Flags& given, Flags& settings, const TrainOptions& o) {
+  check_run_mode(o);
+  if (!o.resume && !o.eval_only) return -1;
+  const std::string path = checkpoint_path(o.ckpt_dir);
+  const StringMap metadata = read_checkpoint_metadata(o.ckpt_dir);
+  const int64_t step = metadata_int(metadata, "train.step", path, 0, std::numeric_limits<int64_t>::max());
+  std::vector<SettingChange> changes;
+  for (const auto& [key, stored] : metadata) {
+    if (key.rfind("run.", 0) != 0) continue;
+    const std::string name = key.substr(4);
+    if (!settings.declares(name) || !is_run_setting(name)) {
+      std::printf("note: %s stores a setting --%s, which %s does not have; it is not used\n", path.c_str(),
+                  name.c_str(), given.program().c_str());
+    } else if (name == "epochs" && given.was_set("steps") && !given.was_set("epochs") && stored != "0") {
+      std::printf("note: --steps %s replaces the run's --epochs %s\n", given.value("steps").c_str(), stored.c_str());
+      restore_setting(settings, name, "0", path);
+    } else if (!given.was_set(name)) {
+      restore_setting(settings, name, stored, path);
+    } else if (settings.value(name) != stored) {
+      changes.push_back({name, settings.value(name), stored});
+    }
+  }
+  if (o.resume) {
+    apply_resume_changes(changes, settings, o, step, path);
+    return step;
+  }
+  for (const SettingChange& change : changes)
+    std::printf("note: --%s %s differs from the run's %s; evaluating with %s\n", change.name.c_str(),
+                change.given.c_str(), change.stored.c_str(), change.given.c_str());
+  return step;
+}
+
+bool resumed_run_is_finished(const Flags& given, const TrainOptions& o, int64_t saved_step) {
+  if (!o.resume || saved_step < o.steps) return false;
+  if (given.declares("epochs") && given.was_set("epochs")) return false;  // the steps follow from the data (run_vit)
+  if (given.was_set("steps"))
+    throw UsageError("--steps " + std::to_string(o.steps) + " is not past the checkpoint " +
+                     checkpoint_path(o.ckpt_dir) + " at step " + std::to_string(saved_step) +
+                     ": pass more steps to train on, or --eval-only to evaluate it");
+  std::printf(
+      "the run in %s is finished: its checkpoint is at step %lld of %lld. Pass --steps above %lld (or more "
+      "--epochs) with --resume to train it further, or --eval-only to evaluate it.\n",
+      o.ckpt_dir.c_str(), (long long)saved_step, (long long)o.steps, (long long)saved_step);
+  return true;
 }
 
 Device training_device(const std::string& name) {
@@ -542,6 +778,15 @@ Device training_device(const std::string& name) {
 namespace {
 
 using FlagValues = std::map<std::string, std::string>;
+
+// The flags that act on training alone: --eval-only has no use for them.
+const std::set<std::string> kTrainingOnly{
+    "steps", "warmup", "lr",        "min-lr-ratio", "weight-decay", "clip",      "gate-lr", "bcd-warm",
+    "bcd-f", "bcd-g",  "mae-joint", "eval-every",   "ckpt-every",   "log-every", "epochs",  "label-smoothing"};
+
+// The model flags, whose rows a run from a checkpoint replaces with the checkpoint's model.
+const std::set<std::string> kModelFlags{"attn",   "attn-opt", "attn-set", "dim",  "heads",
+                                        "layers", "ffn",      "dropout",  "patch"};
 
 // The value of `--flag`; a flag a binary lacks reads as empty.
 std::string value_of(const FlagValues& values, const std::string& flag) {
@@ -563,6 +808,10 @@ std::string ignored_because(const std::string& name, const FlagValues& values) {
   const bool mae = (value("attn") + "," + value("attn-set") + "," + value("methods")).find("mae") != std::string::npos;
   if (mae_flags.count(name) && !mae && !model_from_checkpoint)
     return "it sets MAE's training, and no layer is MAE (--attn mae, or mae in --attn-set or --methods)";
+  if (value("eval-only") == "true" && kTrainingOnly.count(name))
+    return "it shapes training, and --eval-only evaluates the checkpoint without training";
+  if (name == "seed" && value("eval-only") == "true" && (value("generate").empty() || value("generate") == "0"))
+    return "--eval-only draws nothing at random (the seed seeds --generate's sampling)";
   if (sampling_flags.count(name) && value("generate") == "0")
     return "it shapes the sample of --generate N, and --generate is 0 (no sample)";
   // compare: --methods sets each run's attention and --out its folder.
@@ -570,7 +819,8 @@ std::string ignored_because(const std::string& name, const FlagValues& values) {
     return "--methods sets the attention, --out the folder";
   if (name == "tf32" && value("device") == "cpu") return "it is a CUDA setting, and --device is cpu";
   if (name == "length-penalty" && value("beam") == "1") return "it scores beam search, and --beam 1 decodes greedily";
-  if (name == "ckpt-every" && value("ckpt").empty()) return "there is no --ckpt folder to write checkpoints to";
+  if (name == "ckpt-every" && value("ckpt").empty() && value("methods").empty())
+    return "there is no --ckpt folder to write checkpoints to";
   if (name == "overwrite" && value("resume") == "true") return "--resume continues the run that it would replace";
   if (name == "overwrite" && value("eval-only") == "true") return "--eval-only writes no run";
   if ((name == "image-size" || name == "channels") && value("images").empty())
@@ -606,9 +856,10 @@ std::string run_config_table(const Flags& flags, const TrainOptions& options,
                              const std::vector<std::pair<std::string, std::string>>& extra) {
   const std::vector<std::pair<std::string, std::string>> all = flags.values();
   const FlagValues values(all.begin(), all.end());
+  const bool model_from_checkpoint = options.resume || options.eval_only;
   std::vector<std::pair<std::string, std::string>> rows;
   for (const auto& row : all)
-    if (applies(row.first, values)) rows.push_back(row);
+    if (applies(row.first, values) && !(model_from_checkpoint && kModelFlags.count(row.first))) rows.push_back(row);
   if (training_device(options.device).is_cuda()) rows.emplace_back("cuda", device_summary(Device::Kind::cuda));
   rows.insert(rows.end(), extra.begin(), extra.end());
   return config_table(rows);
@@ -636,19 +887,42 @@ MemoryLimit memory_limit(const TrainOptions& o) {
 }
 
 std::string describe_estimate(const MemoryEstimate& e) {
+  const std::string data = e.data > 0 ? ", data " + format_mib(e.data) : "";
   return format_mib(e.total()) + " (weights " + format_mib(e.weights) + ", gradients and AdamW moments " +
-         format_mib(e.optimizer) + ", activations " + format_mib(e.activations) + "; an estimate)";
+         format_mib(e.optimizer) + ", activations of " + e.activations_of + " " + format_mib(e.activations) + data +
+         "; an estimate)";
+}
+
+// "moh shared_heads=2,routed_k=4, dim 128, 8 heads, 2 decoder layers, ffn 512, dropout 0": the model a
+// checkpoint holds (per-layer or per-role attention choices follow as "attention.<key>=<value>").
+std::string describe_model(const ModelConfig& c) {
+  std::ostringstream text;
+  text << c.attention.type;
+  std::string options;
+  for (const auto& [key, value] : c.attention.options) options += (options.empty() ? "" : ",") + key + "=" + value;
+  if (!options.empty()) text << " " << options;
+  text << ", dim " << c.dim << ", " << c.heads << " heads";
+  if (c.encoder_layers > 0) text << ", " << c.encoder_layers << " encoder layers";
+  if (c.decoder_layers > 0) text << ", " << c.decoder_layers << " decoder layers";
+  text << ", ffn " << c.ffn_hidden << ", dropout " << c.dropout;
+  for (const auto& [key, value] : c.to_metadata()) {
+    const bool base_attention = key == "attention.type" || key.rfind("attention.option.", 0) == 0;
+    if (key.rfind("attention.", 0) == 0 && !base_attention) text << ", " << key << "=" << value;
+  }
+  return text.str();
 }
 
 }  // namespace
 
-void start_run(const TrainOptions& o, const MemoryEstimate& estimate) {
+void start_run(const TrainOptions& o, const ModelConfig& config, const MemoryEstimate& estimate) {
   training_device(o.device);
   const MemoryLimit limit = memory_limit(o);
   const std::string text = describe_estimate(estimate) +
                            (limit.bytes > 0 ? " of " + format_mib(limit.bytes) + " (" + limit.source + ")" : "");
-  if (o.config_flags != nullptr)
-    std::printf("%s\n", run_config_table(*o.config_flags, o, {{"memory estimate", text}}).c_str());
+  std::vector<std::pair<std::string, std::string>> rows;
+  if (o.resume || o.eval_only) rows.emplace_back("model (the checkpoint's)", describe_model(config));
+  rows.emplace_back("memory estimate", text);
+  if (o.config_flags != nullptr) std::printf("%s\n", run_config_table(*o.config_flags, o, rows).c_str());
   else if (!o.quiet) std::printf("memory estimate: %s\n", text.c_str());
   if (limit.bytes > 0 && estimate.total() > limit.bytes)
     throw UsageError("the run needs about " + describe_estimate(estimate) + ", more than the " +
@@ -703,7 +977,9 @@ TrainResult train(TrainTask& task, const TrainOptions& o) {
     std::printf("resumed from step %lld of %lld (%s)\n", (long long)result.first_step, (long long)o.steps,
                 checkpoint_path(o.ckpt_dir).c_str());
   const bool logging = writes_run_files(o);
+  const std::shared_ptr<void> folder = logging ? hold_run_folder(o.ckpt_dir) : nullptr;
   if (logging) start_run_directory(o);
+  if (logging && o.resume) check_resumed_log(o.ckpt_dir, result.first_step);
   JsonlLog log = logging ? JsonlLog(o.ckpt_dir + "/log.jsonl", o.resume ? result.first_step : 0) : JsonlLog();
   if (o.eval_only) {
     // The evaluation's time and memory; throughput stays 0 (none): it is not training.

@@ -83,6 +83,11 @@ struct TrainOptions {
   // The command line, whose config table the run prints once its memory is
   // estimated (start_run; training_main sets it); null: a line of the estimate.
   const Flags* config_flags = nullptr;
+  // The flags bound to this run's values (training_main: the command line;
+  // compare: each run's own), whose run settings (is_run_setting) every
+  // checkpoint stores as "run.<flag>" entries for --resume to take back
+  // (settle_resumed_settings); null: none are stored.
+  const Flags* settings = nullptr;
   // The ranks of a data-parallel run (e.g. mpi_world()); null: this process alone.
   std::shared_ptr<Communicator> communicator;
 };
@@ -96,20 +101,42 @@ void add_train_flags(Flags& flags, TrainOptions& options);
 // Checks the train flags' combinations once they are parsed, before any
 // data is read, and derives the defaults that depend on --steps: --warmup
 // (at most a tenth of the steps) and --eval-every (at least five
-// evaluations) when not given.  Throws UsageError for --warmup at or past
+// evaluations) when neither given nor restored from a checkpoint.  Throws UsageError for --warmup at or past
 // --steps, --eval-every past --steps, --resume with --eval-only, either
 // without --ckpt, and a --max-memory that is not a size.
 // With train_vit's --epochs (which excludes --steps) the schedule waits for
 // settle_schedule, once the data has set the steps.
 void settle_train_options(const Flags& flags, TrainOptions& options);
 
-// --resume without --seed takes the seed of --ckpt's checkpoint, so the run
-// continues its data order (a different --seed is refused at resume).
-void settle_resumed_seed(const Flags& flags, TrainOptions& options);
+// Whether `--name` is one of the settings that make a run (steps, the
+// learning-rate schedule, the optimizer, batch, data selection, evaluation
+// and checkpoint cadence, the seed, BCD's blocks, ...), which a checkpoint
+// stores: not a flag of one invocation (--ckpt, --resume, --threads,
+// --device, --generate, ...), nor a model flag (the checkpoint's config
+// holds the model) nor a length the model fixes (--context; settle_trained_value).
+bool is_run_setting(const std::string& name);
+
+// For --resume and --eval-only: each run setting stored in --ckpt's
+// checkpoint becomes the value of `settings` (the flags bound to the run's
+// options) where `given` (the command line) does not set it, with the
+// flag's own range checks.  A given value that differs from the stored one:
+//   --eval-only  applies it, with a note (e.g. evaluating on other --data);
+//   --resume     refuses it when it would make the run another (--seed,
+//                --batch, the data selection, BCD's blocks, --epochs), and
+//                otherwise applies it with a note of what changes from the
+//                next step, e.g. the learning rate there under both schedules.
+// Returns the checkpoint's step (-1 without --resume or --eval-only).
+int64_t settle_resumed_settings(const Flags& given, Flags& settings, const TrainOptions& options);
+
+// A plain --resume of a finished run: true (after printing that the run in
+// --ckpt is finished at its step, and how to extend or evaluate it) when
+// the checkpoint's step `saved_step` has reached --steps that was not
+// given; throws UsageError for a given --steps at or below it.
+bool resumed_run_is_finished(const Flags& given, const TrainOptions& options, int64_t saved_step);
 
 // The --steps part of settle_train_options: derives --warmup and
 // --eval-every from --steps where `flags` (null: a run built in code) did
-// not set them, and refuses either at or past --steps.
+// not settle them, and refuses either at or past --steps.
 void settle_schedule(const Flags* flags, TrainOptions& options);
 
 // The device --device names: "cpu", "cuda" or "cuda:N".  Throws when CUDA is
@@ -129,10 +156,14 @@ std::string run_config_table(const Flags& flags, const TrainOptions& options,
 // (estimate_memory, model_options.h), in bytes of f32.
 struct MemoryEstimate {
   int64_t parameters = 0;
-  double weights = 0;      // the parameters
-  double optimizer = 0;    // their gradients and AdamW's two moments
-  double activations = 0;  // what autograd saves of one training step for its backward pass
-  double total() const { return weights + optimizer + activations; }
+  double weights = 0;    // the parameters
+  double optimizer = 0;  // their gradients and AdamW's two moments
+  // The largest of what a training step keeps for its backward pass, what an
+  // evaluation batch holds and what decoding holds; `activations_of` says which.
+  double activations = 0;
+  std::string activations_of = "a training step";
+  double data = 0;  // the task's data held as tensors beside the model (a ViT's images on the CPU)
+  double total() const { return weights + optimizer + activations + data; }
 };
 
 // What a run does once its model's sizes are known, before it reads its data
@@ -142,7 +173,9 @@ struct MemoryEstimate {
 // need more than the memory limit: --max-memory, else for a CPU run the
 // MemAvailable of /proc/meminfo (a GPU's memory is not read; --max-memory
 // bounds a CUDA run).  Checks --device (training_device).
-void start_run(const TrainOptions& options, const MemoryEstimate& estimate);
+// On --resume and --eval-only the table shows the checkpoint's model
+// (`config`) in place of the model flags.
+void start_run(const TrainOptions& options, const ModelConfig& config, const MemoryEstimate& estimate);
 
 // Throws UsageError for a flag given on the command line that has no effect
 // on this run, by the rule that leaves it out of run_config_table, saying
@@ -234,6 +267,15 @@ struct TrainResult {
 // checkpoint, their parameters differ, naming the ranks.  Every rank must
 // call it.
 TrainResult train(TrainTask& task, const TrainOptions& options);
+
+// Holds the run folder `dir` (created if missing) for this process alone,
+// as long as the returned handle lives: an exclusive flock on DIR/run.lock,
+// which the kernel releases when the process ends however it ends, so a
+// killed run leaves no stale lock.  A second process is refused
+// (headroom::Error) naming the holder's pid; holds of one folder within a
+// process share the lock.  train() holds the folder of a run that writes
+// one; training_main holds it from before the checkpoint is read.
+std::shared_ptr<void> hold_run_folder(const std::string& dir);
 
 // Whether this process writes the run directory's files (log, plots,
 // reports, checkpoints): a run with --ckpt that trains, on rank 0 only.

@@ -1,5 +1,6 @@
 #include "headroom/examples/common/vit_task.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -82,12 +83,43 @@ std::pair<ModelConfig, int64_t> planned_config(const ModelSource& source, const 
   return {c, side * side + (c.pooling == Pooling::cls ? 1 : 0)};
 }
 
+// The images a ViT run reads: the training (with validation) and test IDX
+// files' counts from their headers, or the image files of --images.
+int64_t image_count(const VitOptions& vit) {
+  if (!vit.images.empty()) return count_image_files(vit.images);
+  int64_t count = 0;
+  for (const char* part : {"/train-images-idx3-ubyte", "/t10k-images-idx3-ubyte"}) {
+    const std::vector<int64_t> shape = read_idx_shape(vit.data + part);
+    count += shape.empty() ? 0 : shape[0];
+  }
+  return count;
+}
+
+// The batches of a ViT run, --batch images of `tokens` positions in training
+// and evaluation, and on the CPU its images: every image as f32 pixels with
+// its i32 label, held beside the model for the whole run.
+RunShape vit_shape(const VitOptions& vit, const ModelConfig& c, int64_t tokens, const TrainOptions& options) {
+  RunShape shape;
+  shape.rows = vit.batch;
+  shape.eval_rows = vit.batch;
+  shape.tokens = tokens;
+  const double pixels = double(c.channels * c.image_size * c.image_size);
+  if (Device::parse(options.device).is_cpu()) shape.data_bytes = 4 * double(image_count(vit)) * (pixels + 1);
+  return shape;
+}
+
 // Per-channel mean and standard deviation of images [N, C, H, W] -> [1, C, 1, 1] each.
 std::pair<Tensor, Tensor> channel_statistics(const Tensor& images) {
   Tensor mu = mean(images, {0, 2, 3}, true);
   Tensor sigma = sqrt(mean(pow(sub(images, mu), 2.0), {0, 2, 3}, true));
   return {mu, add(sigma, 1e-6)};
 }
+
+// The routing statistics of the test images: all of them, and per true class.
+struct ImageRouting {
+  RoutingRecorder all;
+  std::vector<RoutingRecorder> per_class;
+};
 
 class VitTask : public ModelTask<ViT> {
  public:
@@ -162,8 +194,8 @@ class VitTask : public ModelTask<ViT> {
   };
 
   // Loss, accuracy and confusion matrix over the first n images; with
-  // per_class, the routing statistics of each true class.
-  Scores score(const ImageDataset& part, int64_t n, std::vector<RoutingRecorder>* per_class) {
+  // routing, the routing statistics of all of them and of each true class.
+  Scores score(const ImageDataset& part, int64_t n, ImageRouting* routing) {
     const int64_t classes = config_.classes;
     Scores s;
     s.confusion.assign(size_t(classes), std::vector<int64_t>(size_t(classes), 0));
@@ -175,7 +207,7 @@ class VitTask : public ModelTask<ViT> {
       loss_sum += cross_entropy(out.out, on_model_device(labels)).item() * double(count);
       std::vector<int32_t> truth = labels.to_vector<int32_t>(), predicted = argmax(out.out, 1).to_vector<int32_t>();
       for (int64_t i = 0; i < count; ++i) s.confusion[size_t(truth[i])][size_t(predicted[i])] += 1;
-      if (per_class) record_by_class(out.stats, truth, *per_class);
+      if (routing) record_routing(out.stats, truth, *routing);
     }
     int64_t correct = 0;
     for (int64_t c = 0; c < classes; ++c) correct += s.confusion[size_t(c)][size_t(c)];
@@ -205,17 +237,19 @@ class VitTask : public ModelTask<ViT> {
         std::vector<int32_t>(permutation_.begin() + first + slice.begin, permutation_.begin() + first + slice.end));
   }
 
-  // Splits a batch's routing statistics by the images' classes.  Rows of
-  // stats are (image, token) pairs, image-major.
-  void record_by_class(const std::vector<RoutingStats>& stats, const std::vector<int32_t>& truth,
-                       std::vector<RoutingRecorder>& per_class) const {
-    if (stats.empty() || !stats[0].gates.defined()) return;
-    const int64_t images = int64_t(truth.size()), tokens = stats[0].gates.size(0) / images;
+  // Records a batch's routing statistics, all of them and split by the
+  // images' classes.  Rows of stats are (image, token) pairs, image-major.
+  void record_routing(const std::vector<RoutingStats>& stats, const std::vector<int32_t>& truth,
+                      ImageRouting& routing) const {
+    auto routed = std::find_if(stats.begin(), stats.end(), [](const RoutingStats& s) { return s.gates.defined(); });
+    if (routed == stats.end()) return;  // dense layers only
+    routing.all.add(stats);
+    const int64_t images = int64_t(truth.size()), tokens = routed->gates.size(0) / images;
     for (int64_t c = 0; c < config_.classes; ++c) {
       std::vector<uint8_t> valid(size_t(images * tokens), 0);
       for (int64_t i = 0; i < images; ++i)
         if (truth[size_t(i)] == c) std::fill_n(valid.begin() + i * tokens, tokens, uint8_t(1));
-      per_class[size_t(c)].add(stats, Tensor(), Tensor::from_vector(valid));
+      routing.per_class[size_t(c)].add(stats, Tensor(), Tensor::from_vector(valid));
     }
   }
 
@@ -274,7 +308,7 @@ void add_vit_flags(Flags& flags, VitOptions& o) {
 
 void settle_vit_options(const Flags& flags, VitOptions& vit, const TrainOptions& train) {
   if ((!train.resume && !train.eval_only) || vit.images.empty()) return;  // IDX files fix their own size
-  const ModelConfig trained = checkpoint_config(train);
+  const ModelConfig trained = checkpoint_config(train, ModelStacks::encoder);
   settle_trained_value(flags, train, "image-size", vit.image_size, trained.image_size, EvalAccepts::trained_only);
   settle_trained_value(flags, train, "channels", vit.channels, trained.channels, EvalAccepts::trained_only);
 }
@@ -287,7 +321,8 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
     throw UsageError("--patch " + std::to_string(vit.patch) + " contradicts the checkpoint: its model.patch_size is " +
                      std::to_string(source.config.patch_size) + "; drop the flag");
   const auto [planned, tokens] = planned_config(source, vit);
-  start_run(options, estimate_memory(planned, vit.batch, tokens));
+  const MemoryEstimate estimate = estimate_memory(planned, vit_shape(vit, planned, tokens, options));
+  start_run(options, planned, estimate);
   VitTask task(vit, source, options.seed);
   const ImageSplits& data = task.data();
   std::printf("data: %s train / %s valid / %s test images of %lldx%lld, %lld classes\n",
@@ -307,8 +342,9 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
 
   NoGradGuard no_grad;
   task.model().eval();
-  std::vector<RoutingRecorder> per_class(size_t(task.config().classes));
-  auto test = task.score(data.test, data.test.images.size(0), &per_class);
+  ImageRouting routing;
+  routing.per_class.resize(size_t(task.config().classes));
+  auto test = task.score(data.test, data.test.images.size(0), &routing);
   std::printf("test: accuracy %s, loss %s\nconfusion matrix:\n%s", format_metric("accuracy", test.accuracy).c_str(),
               format_metric("loss", test.loss).c_str(), confusion_text(test.confusion, data.test.class_names).c_str());
   result.eval.emplace_back("test_accuracy", test.accuracy);
@@ -318,10 +354,13 @@ RunSummary run_vit(const VitOptions& vit, const ModelOptions& model_options, con
     const std::string label = o.ckpt_dir + ", " + task.config().attention.type;
     write_curve_plots(o.ckpt_dir, "accuracy", label);
     plot_confusion(o.ckpt_dir + "/confusion.png", test.confusion, data.test.class_names);
-    if (task.config().attention.type != "mha")
-      write_class_routing_report(o.ckpt_dir, per_class, data.test.class_names, label);
+    // Patches have no token ids, so no PMI (no pmi.md).
+    write_routing_report(o.ckpt_dir, routing.all, task.model(), {}, label);
+    write_class_routing_report(o.ckpt_dir, routing.per_class, data.test.class_names, label);
   }
-  return summarize("vit", task.model(), task.config(), o, result, macs_per_image);
+  RunSummary summary = summarize("vit", task.model(), task.config(), o, result, macs_per_image);
+  summary.estimated_bytes = estimate.total();
+  return summary;
 }
 
 void set_vit_defaults(ModelOptions& model, TrainOptions& train) {

@@ -11,7 +11,9 @@
 // from (seed, epoch), so the batch of a step is a pure function of the step.
 // Reports accuracy and loss, and at the end the test accuracy, the confusion
 // matrix (printed, confusion.csv, confusion.png) and, for routed attention,
-// the head/expert load per class.
+// the routing report of the test images (write_routing_report: routing.json,
+// routing.csv, load.png, load_heatmap.png, gates.png) and the head/expert
+// load of every layer per class (load_by_class.png, routing_by_class.csv).
 #include <cstdint>
 #include <string>
 
@@ -21,9 +23,6 @@
 #include "headroom/examples/common/trainer.h"
 
 namespace headroom::examples {
-
-// The largest --image-size and --patch (pixels).
-constexpr int64_t kMaxImageSize = 1024;
 
 struct VitOptions {
   std::string data = "data/fashion-mnist";  // the four IDX files (uncompressed)
