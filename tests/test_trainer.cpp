@@ -392,6 +392,17 @@ std::string read_text(const std::string& path) {
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
+// The options that resume, to step 12, a small run trained in `run` to step 8.
+TrainOptions resume_after_8_steps(const std::string& run) {
+  CountingTask task("mha");
+  TrainOptions o = small_run(run);
+  o.steps = 8;
+  train(task, o);
+  o.resume = true;
+  o.steps = 12;
+  return o;
+}
+
 // A run's command line as training_main settles it: parsed, the resumed
 // run's settings taken from its checkpoint, then the schedule.
 struct SettledRun {
@@ -487,12 +498,8 @@ TEST_CASE("train: a second process on a run folder is refused naming the holder'
 TEST_CASE("train: --resume refuses a log.jsonl that is not the run's history up to its checkpoint") {
   TempDir dir("trainer_resume_log");
   const std::string run = dir.file("run");
-  CountingTask task("mha");
-  TrainOptions o = small_run(run);
-  o.steps = 8;
-  train(task, o);
+  const TrainOptions o = resume_after_8_steps(run);
   const std::string log = read_text(run + "/log.jsonl");
-  o.resume = true, o.steps = 12;
   auto resume_with_log = [&](const std::string& text) {
     write_text(run + "/log.jsonl", text);
     CountingTask again("mha");
@@ -510,14 +517,10 @@ TEST_CASE("train: --resume refuses a log.jsonl that is not the run's history up 
 TEST_CASE("train: a checkpoint holding a non-finite weight is refused on resume, naming it, not called good") {
   TempDir dir("trainer_resume_inf");
   const std::string run = dir.file("run");
-  CountingTask task("mha");
-  TrainOptions o = small_run(run);
-  o.steps = 8;
-  train(task, o);
+  const TrainOptions o = resume_after_8_steps(run);
   SafetensorsFile file = load_safetensors(checkpoint_path(run));
   file.tensors[0].second.data<float>()[0] = INFINITY;
   save_safetensors(checkpoint_path(run), file.tensors, file.metadata);
-  o.resume = true, o.steps = 12;
   CountingTask again("mha");
   CHECK_THROWS_HEADROOM(train(again, o), (file.tensors[0].first +
                                           " holds a NaN or infinite value at step 8 in the "
