@@ -719,7 +719,7 @@ TEST_CASE("routing: every op that takes a plan refuses one written in place afte
   CHECK_THROWS_HEADROOM(sum(grouped).backward(), "[gather_rows] a tensor saved for backward was modified in place");
 }
 
-TEST_CASE("routing: the plan's host helpers take rows in [0, rows())") {
+TEST_CASE("routing: the plan's host helpers take rows from 0 to rows() - 1") {
   RoutePlan plan = route(Tensor::from_vector<int32_t>({1, 0, 1}, {3, 1}), 2);
   CHECK(plan.token_of_row(2) == 2);
   CHECK(plan.segment_of_row(0) == 0);

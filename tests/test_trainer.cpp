@@ -493,6 +493,14 @@ TEST_CASE("train: a second process on a run folder is refused naming the holder'
   ::close(other);
   CountingTask again("mha");
   CHECK(train(again, small_run(run)).last_step == 12);
+  // A run.lock that links elsewhere is refused, and the file it points to is left as it was.
+  const std::string linked = dir.file("linked");
+  std::filesystem::create_directories(linked);
+  write_text(dir.file("target.txt"), "keep me\n");
+  std::filesystem::create_symlink(dir.file("target.txt"), linked + "/run.lock");
+  CountingTask third("mha");
+  CHECK_THROWS_HEADROOM(train(third, small_run(linked)), "run.lock (it must be a regular file, not a link)");
+  CHECK(read_text(dir.file("target.txt")) == "keep me\n");
 }
 
 TEST_CASE("train: --resume refuses a log.jsonl that is not the run's history up to its checkpoint") {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmath>
 #include <chrono>
@@ -230,8 +231,15 @@ class RunFolderLock {
  public:
   explicit RunFolderLock(const std::string& dir) : path_(dir + "/run.lock") {
     make_run_directory(dir);
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    HEADROOM_CHECK(fd_ >= 0, "[train] cannot open ", path_, ": ", std::strerror(errno));
+    // Never through a link: the pid is written into the file, which must be the folder's own.
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    HEADROOM_CHECK(fd_ >= 0, "[train] cannot open ", path_,
+                   " (it must be a regular file, not a link): ", std::strerror(errno));
+    struct stat file {};
+    if (::fstat(fd_, &file) != 0 || !S_ISREG(file.st_mode)) {
+      ::close(fd_);
+      HEADROOM_FAIL("[train] ", path_, " is not a regular file; remove it to let the run lock its folder");
+    }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int error = errno;
       const std::string holder = read_holder();

@@ -103,8 +103,8 @@ fails "ranks with different --lr" "rank(s) 1 disagree with rank 0 on the run set
 sed '1s/^./X/' "$tmp/text.txt" > "$tmp/other.txt"  # one byte changed
 fails "ranks with different --data" "rank(s) 1 disagree with rank 0 on the training data" \
   "${launcher[@]}" -n 1 "$bin/train_lm" "${lm[@]}" --ckpt "$tmp/data" : \
-  -n 1 "$bin/train_lm" "${lm[@]}" --data "$tmp/other.txt" --ckpt "$tmp/data"
+  -n 1 "$bin/train_lm" --data "$tmp/other.txt" "${lm[@]:2}" --ckpt "$tmp/data"  # lm without its --data
 fails "a rank without the checkpoint" "rank 1 of 2" "${launcher[@]}" \
-  -n 1 "$bin/train_lm" "${args[@]}" --ckpt "$tmp/lm-moa-2" --resume --steps 20 : \
-  -n 1 "$bin/train_lm" "${args[@]}" --ckpt "$tmp/nowhere" --resume --steps 20
+  -n 1 "$bin/train_lm" "${args[@]}" --ckpt "$tmp/lm-moa-2" --resume : \
+  -n 1 "$bin/train_lm" "${args[@]}" --ckpt "$tmp/nowhere" --resume
 echo "train_binaries: 2 ranks train as 1 process"
