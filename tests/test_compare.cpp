@@ -6,7 +6,6 @@
 
 #include <sys/wait.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -61,7 +60,6 @@ std::vector<std::smatch> matches(const std::string& text, const std::string& pat
 struct Finished {
   int status;
   std::string out, err;
-  double seconds;
 };
 
 // compare run in `dir` on a 200-line text with a tiny model, plus `context` and `args`.
@@ -74,11 +72,8 @@ Finished run_compare(const TempDir& dir, const std::string& args, const std::str
                               "/compare' --data text.txt --dim 16 --heads 4 --layers 1 --ffn 32 --batch 2 "
                               "--eval-tokens 64 --threads 1 --out out " +
                               context + " " + args + " > stdout.txt 2> stderr.txt";
-  const auto start = std::chrono::steady_clock::now();
   const int raw = std::system(command.c_str());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, file_text(dir.file("stdout.txt")), file_text(dir.file("stderr.txt")),
-          seconds};
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, file_text(dir.file("stdout.txt")), file_text(dir.file("stderr.txt"))};
 }
 
 }  // namespace
@@ -214,8 +209,7 @@ TEST_CASE("compare: an unknown method is refused at once, naming the known ones,
   CHECK(run.err.find("unknown method 'dense' in --methods (known: mha, moa, moh75, moh50, mae, mae-equal-updates)") !=
         std::string::npos);
   CHECK(run.out.find("== run") == std::string::npos);
-  CHECK(!std::filesystem::exists(dir.file("out")));
-  CHECK(run.seconds < 1.0);
+  CHECK(!std::filesystem::exists(dir.file("out")));  // before any run: no folder, no "== run" line
 }
 
 #endif  // HEADROOM_EXAMPLES_BIN_DIR
