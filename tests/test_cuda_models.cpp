@@ -73,8 +73,9 @@ struct Training {
 // clipping at a norm the gradients exceed, so the scaling runs too.
 Training train_steps(DecoderLM& model, const ModelConfig& c, int steps) {
   const Device device = model.device();
-  Tensor tokens = token_batch().to(device), padding = padding_batch().to(device);
+  Tensor tokens = token_batch().to(device);
   Tensor inputs = tokens.narrow(1, 0, 8).contiguous(), targets = tokens.narrow(1, 1, 8).contiguous();
+  Tensor padding = padding_batch().narrow(1, 0, 8).contiguous().to(device);  // the inputs' [2, 8]
   auto mae_layers = collect_modules<MAEAttention>(model);
   std::unique_ptr<BlockCoordinateDescent> bcd;
   std::unique_ptr<AdamW> adamw;
