@@ -36,6 +36,11 @@ RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) { weight = register_param
 
 Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, weight, eps); }
 
+std::shared_ptr<Norm> make_norm(NormKind kind, int64_t dim, double eps) {
+  if (kind == NormKind::rmsnorm) return std::make_shared<RMSNorm>(dim, eps);
+  return std::make_shared<LayerNorm>(dim, eps);
+}
+
 Tensor Dropout::forward(const Tensor& x) const { return dropout(x, p, is_training(), *gen_); }
 
 Tensor activate(const Tensor& x, Activation activation) {
@@ -48,14 +53,32 @@ Tensor activate(const Tensor& x, Activation activation) {
   HEADROOM_FAIL("[activate] unknown activation");
 }
 
-MLP::MLP(int64_t dim, int64_t hidden, Activation act, double p, Generator& gen) : activation(act) {
-  fc1 = register_module("fc1", std::make_shared<Linear>(dim, hidden, true, gen));
-  fc2 = register_module("fc2", std::make_shared<Linear>(hidden, dim, true, gen));
+MLP::MLP(int64_t dim, int64_t hidden, Activation act, double p, Generator& gen, bool bias) : activation(act) {
+  fc1 = register_module("fc1", std::make_shared<Linear>(dim, hidden, bias, gen));
+  fc2 = register_module("fc2", std::make_shared<Linear>(hidden, dim, bias, gen));
   drop = register_module("drop", std::make_shared<Dropout>(p, gen));
 }
 
 Tensor MLP::forward(const Tensor& x) const {
   return fc2->forward(drop->forward(activate(fc1->forward(x), activation)));
+}
+
+int64_t MLP::macs_per_token() const { return fc1->weight.numel() + fc2->weight.numel(); }
+
+GatedMLP::GatedMLP(int64_t dim, int64_t hidden, Activation act, double p, Generator& gen, bool bias) : activation(act) {
+  gate_proj = register_module("gate_proj", std::make_shared<Linear>(dim, hidden, bias, gen));
+  up_proj = register_module("up_proj", std::make_shared<Linear>(dim, hidden, bias, gen));
+  down_proj = register_module("down_proj", std::make_shared<Linear>(hidden, dim, bias, gen));
+  drop = register_module("drop", std::make_shared<Dropout>(p, gen));
+}
+
+Tensor GatedMLP::forward(const Tensor& x) const {
+  Tensor hidden = activate(gate_proj->forward(x), activation) * up_proj->forward(x);  // [..., hidden]
+  return down_proj->forward(drop->forward(hidden));
+}
+
+int64_t GatedMLP::macs_per_token() const {
+  return gate_proj->weight.numel() + up_proj->weight.numel() + down_proj->weight.numel();
 }
 
 }  // namespace headroom

@@ -1,5 +1,5 @@
 // Layers (models/layers.h): names, shapes, initialisation and that forward is
-// the op it wraps.
+// the op it wraps; the gated MLP against its composition and by gradcheck (f64).
 #include "helpers.h"
 
 using namespace headroom;
@@ -49,4 +49,52 @@ TEST_CASE("Embedding, LayerNorm, RMSNorm wrap their ops") {
   CHECK(LayerNorm(4, 1e-5, false).named_parameters().empty());
   RMSNorm rms(4);
   CHECK_CLOSE(rms.forward(x), rms_norm(x, Tensor()), 1e-6);
+}
+
+TEST_CASE("GatedMLP: Hugging Face's names, parameter count, the SwiGLU composition, no biases, dropout") {
+  Generator gen(6);
+  GatedMLP mlp(6, 10, Activation::silu, 0.5, gen, /*bias=*/false);
+  NamedTensors params = mlp.named_parameters();
+  REQUIRE(params.size() == 3);
+  CHECK(params[0].first == "gate_proj.weight");
+  CHECK(params[1].first == "up_proj.weight");
+  CHECK(params[2].first == "down_proj.weight");
+  CHECK(mlp.down_proj->weight.shape() == Shape{6, 10});
+  CHECK(mlp.num_parameters() == 3 * 6 * 10);
+  CHECK(mlp.macs_per_token() == 3 * 6 * 10);
+  CHECK(GatedMLP(6, 10, Activation::silu, 0, gen).num_parameters() == 3 * 6 * 10 + 2 * 10 + 6);
+  Tensor x = Tensor::randn({2, 5, 6}, gen);
+  mlp.eval();
+  // down(silu(gate x) ⊙ up x), written out with the ops: silu(g) = g · sigmoid(g).
+  Tensor gate = matmul(x, mlp.gate_proj->weight.t()), up = matmul(x, mlp.up_proj->weight.t());
+  Tensor expected = matmul(gate * sigmoid(gate) * up, mlp.down_proj->weight.t());
+  CHECK_CLOSE(mlp.forward(x), expected, 1e-6, 1e-5);
+  mlp.train();
+  CHECK(testing::compare(mlp.forward(x), expected, 1e-6) != "");  // half the hidden units dropped
+}
+
+TEST_CASE("MLP and GatedMLP without biases; make_norm builds the kind asked for") {
+  Generator gen(7);
+  MLP mlp(6, 12, Activation::relu, 0, gen, /*bias=*/false);
+  CHECK(mlp.named_parameters().size() == 2);
+  CHECK(mlp.macs_per_token() == 2 * 6 * 12);
+  CHECK(std::dynamic_pointer_cast<LayerNorm>(make_norm(NormKind::layernorm, 4, 1e-5))->bias.defined());
+  auto rms = std::dynamic_pointer_cast<RMSNorm>(make_norm(NormKind::rmsnorm, 4, 1e-3));
+  REQUIRE(rms);
+  CHECK(rms->eps == 1e-3);
+  CHECK(rms->named_parameters().size() == 1);
+}
+
+TEST_CASE("gradcheck GatedMLP with and without biases, SwiGLU and GeGLU (f64)") {
+  Generator gen(8);
+  for (bool bias : {true, false})
+    for (Activation act : {Activation::silu, Activation::gelu}) {
+      CAPTURE(bias);
+      GatedMLP mlp(4, 6, act, 0, gen, bias);
+      mlp.to(DType::f64);
+      std::vector<Tensor> inputs = mlp.parameters();
+      inputs.insert(inputs.begin(), Tensor::randn({2, 3, 4}, gen, DType::f64).set_requires_grad());
+      auto result = gradcheck([&](const std::vector<Tensor>& in) { return mlp.forward(in[0]); }, inputs);
+      CHECK_MESSAGE(result.ok, result.message);
+    }
 }
