@@ -65,6 +65,14 @@ const EnumNames<NormPlacement>& names_of(NormPlacement) {
   static const EnumNames<NormPlacement> names = {{NormPlacement::pre, "pre"}, {NormPlacement::post, "post"}};
   return names;
 }
+const EnumNames<NormKind>& names_of(NormKind) {
+  static const EnumNames<NormKind> names = {{NormKind::layernorm, "layernorm"}, {NormKind::rmsnorm, "rmsnorm"}};
+  return names;
+}
+const EnumNames<MlpKind>& names_of(MlpKind) {
+  static const EnumNames<MlpKind> names = {{MlpKind::plain, "plain"}, {MlpKind::gated, "gated"}};
+  return names;
+}
 const EnumNames<PositionKind>& names_of(PositionKind) {
   static const EnumNames<PositionKind> names = {
       {PositionKind::sinusoidal, "sinusoidal"}, {PositionKind::learned, "learned"}, {PositionKind::none, "none"}};
@@ -94,6 +102,10 @@ template <typename Config, typename Visit> void visit_fields(Config& c, Visit&& 
   visit("tie_embeddings", c.tie_embeddings);
   visit("scale_embeddings", c.scale_embeddings);
   visit("norm_eps", c.norm_eps);
+  visit("norm_kind", c.norm_kind);
+  visit("mlp", c.mlp);
+  visit("mlp_bias", c.mlp_bias);
+  visit("head_bias", c.head_bias);
   visit("image_size", c.image_size);
   visit("patch_size", c.patch_size);
   visit("channels", c.channels);
@@ -254,9 +266,20 @@ ModelConfig config_from(const StringMap& metadata, const std::string& source) {
 
 ModelConfig ModelConfig::from_metadata(const StringMap& metadata) { return config_from(metadata, ""); }
 
+namespace {
+// The fields added after checkpoints were first written (issue 47): a
+// checkpoint without them holds the architecture of their defaults, which
+// is the only one there was.
+bool added_later(const std::string& name) {
+  return name == "norm_kind" || name == "mlp" || name == "mlp_bias" || name == "head_bias";
+}
+}  // namespace
+
 ModelConfig ModelConfig::from_checkpoint_metadata(const StringMap& metadata, const std::string& source) {
   const ModelConfig defaults;
-  visit_fields(defaults, [&](const char* name, const auto&) { metadata_entry(metadata, kModel + name, source); });
+  visit_fields(defaults, [&](const char* name, const auto&) {
+    if (!added_later(name)) metadata_entry(metadata, kModel + name, source);
+  });
   metadata_entry(metadata, kAttention + "type", source);
   return config_from(metadata, source);
 }
@@ -279,8 +302,16 @@ uint64_t metadata_uint64(const StringMap& metadata, const std::string& key, cons
 
 BlockConfig ModelConfig::block(AttentionRole role) const {
   BlockConfig b;
-  b.dim = dim, b.ffn_hidden = ffn_hidden, b.activation = activation, b.dropout = dropout;
-  b.norm = norm, b.norm_eps = norm_eps, b.causal = role == AttentionRole::decoder_self;
+  b.dim = dim;
+  b.ffn_hidden = ffn_hidden;
+  b.activation = activation;
+  b.dropout = dropout;
+  b.norm = norm;
+  b.norm_kind = norm_kind;
+  b.norm_eps = norm_eps;
+  b.mlp = mlp;
+  b.mlp_bias = mlp_bias;
+  b.causal = role == AttentionRole::decoder_self;
   return b;
 }
 

@@ -70,6 +70,9 @@ struct AttentionSpec {
 };
 
 enum class NormPlacement { pre, post };  // pre-LN: x + f(LN(x)); post-LN: LN(x + f(x))
+// The MLP of every block: plain fc2(act(fc1 x)) (MLP), or gated
+// down_proj(act(gate_proj x) ⊙ up_proj x) (GatedMLP: SwiGLU with silu).
+enum class MlpKind { plain, gated };
 // Added to the token embeddings; none: positions come from the attention
 // layers alone (their option rope=true).
 enum class PositionKind { sinusoidal, learned, none };
@@ -78,13 +81,16 @@ enum class Pooling { cls, mean };  // ViT: class token or mean over patch tokens
 // What a TransformerBlock is built from (models/transformer.h); its
 // attention layers come separately, each from its own config.
 struct BlockConfig {
-  int64_t dim = 0;         // d, the residual stream's width
-  int64_t ffn_hidden = 0;  // MLP hidden width
-  Activation activation = Activation::relu;
-  double dropout = 0;  // residual branches and the MLP hidden layer
+  int64_t dim = 0;                           // d, the residual stream's width
+  int64_t ffn_hidden = 0;                    // MLP hidden width
+  Activation activation = Activation::relu;  // the MLP's (a gated MLP's gate)
+  double dropout = 0;                        // residual branches and the MLP hidden layer
   NormPlacement norm = NormPlacement::pre;
+  NormKind norm_kind = NormKind::layernorm;
   double norm_eps = 1e-5;
-  bool causal = false;  // self-attention: query t sees keys s <= t
+  MlpKind mlp = MlpKind::plain;
+  bool mlp_bias = true;  // biases on the MLP's projections
+  bool causal = false;   // self-attention: query t sees keys s <= t
 };
 
 struct ModelConfig {
@@ -109,6 +115,13 @@ struct ModelConfig {
   bool tie_embeddings = false;    // LM head shares the (target) token embedding
   bool scale_embeddings = false;  // multiply token embeddings by √d (Vaswani et al., fairseq)
   double norm_eps = 1e-5;
+  // ---- architecture of the blocks and the head (LLaMA: rmsnorm, gated, silu, no biases)
+  NormKind norm_kind = NormKind::layernorm;  // every norm: the blocks' and the final one
+  MlpKind mlp = MlpKind::plain;              // gated: ffn_hidden is the width of gate_proj and up_proj
+  bool mlp_bias = true;                      // biases on the MLP's projections (fc1, fc2 or gate/up/down_proj)
+  bool head_bias = false;                    // a bias on the LM head, which must then be untied
+  // The attention projections' biases are the methods' option bias (mha, moh,
+  // mae; MoA has none); the ViT's classifier head always has a bias.
   // ---- ViT ----------------------------------------------------------------------
   int64_t image_size = 0;  // square images of image_size × image_size pixels
   int64_t patch_size = 0;
@@ -133,7 +146,9 @@ struct ModelConfig {
   static ModelConfig from_metadata(const StringMap& metadata);
   // from_metadata for a file this library wrote: every "model." field and
   // attention.type must be present, so nothing silently takes a default;
-  // errors name the key and `source` (the file).
+  // errors name the key and `source` (the file).  The exception: norm_kind,
+  // mlp, mlp_bias and head_bias, which checkpoints written before they
+  // existed lack; such a file was written by a model of their defaults.
   static ModelConfig from_checkpoint_metadata(const StringMap& metadata, const std::string& source);
 };
 

@@ -69,6 +69,12 @@ namespace {
 void check_block(bool ok, const char* field, const char* expected, double got) {
   HEADROOM_CHECK(ok, "[TransformerBlock] BlockConfig.", field, " must be ", expected, ", got ", got);
 }
+
+std::shared_ptr<FeedForward> make_feed_forward(const BlockConfig& c, Generator& gen) {
+  if (c.mlp == MlpKind::gated)
+    return std::make_shared<GatedMLP>(c.dim, c.ffn_hidden, c.activation, c.dropout, gen, c.mlp_bias);
+  return std::make_shared<MLP>(c.dim, c.ffn_hidden, c.activation, c.dropout, gen, c.mlp_bias);
+}
 }  // namespace
 
 TransformerBlock::TransformerBlock(const BlockConfig& block_config, std::shared_ptr<Attention> self_attention,
@@ -76,24 +82,24 @@ TransformerBlock::TransformerBlock(const BlockConfig& block_config, std::shared_
     : config(block_config) {
   check_block(config.dim > 0, "dim", "positive (the model width d)", double(config.dim));
   check_block(config.ffn_hidden > 0, "ffn_hidden", "positive (the MLP hidden width)", double(config.ffn_hidden));
-  check_block(config.norm_eps > 0, "norm_eps", "positive (the LayerNorm epsilon)", config.norm_eps);
+  check_block(config.norm_eps > 0, "norm_eps", "positive (the norms' epsilon)", config.norm_eps);
   check_block(config.dropout >= 0 && config.dropout < 1, "dropout", "in [0, 1)", config.dropout);
   HEADROOM_CHECK(self_attention != nullptr, "[TransformerBlock] the self-attention layer is null");
   const int64_t d = config.dim;
-  self_attn_norm = register_module("self_attn_norm", std::make_shared<LayerNorm>(d, config.norm_eps));
+  self_attn_norm = register_module("self_attn_norm", make_norm(config.norm_kind, d, config.norm_eps));
   self_attn = register_module("self_attn", std::move(self_attention));
   if (cross_attention) {
-    cross_attn_norm = register_module("cross_attn_norm", std::make_shared<LayerNorm>(d, config.norm_eps));
+    cross_attn_norm = register_module("cross_attn_norm", make_norm(config.norm_kind, d, config.norm_eps));
     cross_attn = register_module("cross_attn", std::move(cross_attention));
   }
-  mlp_norm = register_module("mlp_norm", std::make_shared<LayerNorm>(d, config.norm_eps));
-  mlp = register_module("mlp", std::make_shared<MLP>(d, config.ffn_hidden, config.activation, config.dropout, gen));
+  mlp_norm = register_module("mlp_norm", make_norm(config.norm_kind, d, config.norm_eps));
+  mlp = register_module("mlp", make_feed_forward(config, gen));
   drop = register_module("drop", std::make_shared<Dropout>(config.dropout, gen));
 }
 
-template <typename F> Tensor TransformerBlock::residual(const Tensor& x, const LayerNorm& layer_norm, F&& f) const {
-  if (config.norm == NormPlacement::pre) return x + drop->forward(f(layer_norm.forward(x)));
-  return layer_norm.forward(x + drop->forward(f(x)));
+template <typename F> Tensor TransformerBlock::residual(const Tensor& x, const Norm& norm, F&& f) const {
+  if (config.norm == NormPlacement::pre) return x + drop->forward(f(norm.forward(x)));
+  return norm.forward(x + drop->forward(f(x)));
 }
 
 ModelOutput TransformerBlock::forward(const BlockInput& in) {
@@ -120,8 +126,7 @@ ModelOutput TransformerBlock::forward(const BlockInput& in) {
 }
 
 int64_t TransformerBlock::macs(int64_t T, int64_t S) const {
-  // fc1 and fc2 each multiply T rows by a d × hidden matrix: fc1.weight is [hidden, d].
-  int64_t total = self_attn->macs(T, T, config.causal) + 2 * T * mlp->fc1->weight.numel();
+  int64_t total = self_attn->macs(T, T, config.causal) + T * mlp->macs_per_token();
   if (cross_attn) total += cross_attn->macs(T, S, false);
   return total;
 }
@@ -186,7 +191,7 @@ TransformerStack::TransformerStack(const ModelConfig& config, int64_t layers, At
     blocks->push_back(std::make_shared<TransformerBlock>(config.block(role), self, cross, gen));
   }
   if (config.norm == NormPlacement::pre)
-    norm = register_module("norm", std::make_shared<LayerNorm>(config.dim, config.norm_eps));
+    norm = register_module("norm", make_norm(config.norm_kind, config.dim, config.norm_eps));
 }
 
 ModelOutput TransformerStack::forward(BlockInput in, DecoderCache* cache) {
@@ -254,8 +259,10 @@ void finish_attention(Module& model, ModelConfig& config, bool custom_factory,
 }
 
 std::shared_ptr<Linear> make_lm_head(Module& model, const ModelConfig& config, Generator& gen) {
+  check_config(!(config.tie_embeddings && config.head_bias), "LM head",
+               "head_bias needs an untied head (tie_embeddings=false): a tied head is the embedding alone");
   if (config.tie_embeddings) return nullptr;
-  return model.register_module("lm_head", std::make_shared<Linear>(config.dim, config.vocab, false, gen));
+  return model.register_module("lm_head", std::make_shared<Linear>(config.dim, config.vocab, config.head_bias, gen));
 }
 
 // Embeds the target tokens after the cache's position, runs the decoder
@@ -272,12 +279,27 @@ ModelOutput run_decoder(const TokenEmbedding& embed, TransformerStack& decoder, 
   return result;
 }
 
+// The blocks' MLP and norms, e.g. "ffn 256, pre-LN" (the defaults) or
+// "ffn 172 gated without biases, pre-LN RMSNorm" (LLaMA's).
+std::string block_words(const ModelConfig& c) {
+  std::string words = "ffn " + std::to_string(c.ffn_hidden);
+  if (c.mlp == MlpKind::gated) words += " gated";
+  if (!c.mlp_bias) words += " without biases";
+  words += c.norm == NormPlacement::pre ? ", pre-LN" : ", post-LN";
+  if (c.norm_kind == NormKind::rmsnorm) words += " RMSNorm";
+  return words;
+}
+
+// An LM's layers and, when it has one, its head's bias, e.g. "2 layers, head bias".
+std::string lm_words(const ModelConfig& c, const std::string& layers) {
+  return layers + " layers" + (c.head_bias ? ", head bias" : "");
+}
+
 std::string describe_model(const std::string& name, const ModelConfig& c, const std::string& shape, int64_t parameters,
                            int64_t macs, const std::string& macs_at, const std::string& layers) {
   std::ostringstream os;
-  os << name << ": " << shape << ", d " << c.dim << ", ffn " << c.ffn_hidden << ", "
-     << (c.norm == NormPlacement::pre ? "pre-LN" : "post-LN") << "; " << parameters << " parameters; " << macs
-     << " forward MACs " << macs_at << layers;
+  os << name << ": " << shape << ", d " << c.dim << ", " << block_words(c) << "; " << parameters << " parameters; "
+     << macs << " forward MACs " << macs_at << layers;
   return os.str();
 }
 
@@ -303,7 +325,7 @@ int64_t DecoderLM::forward_macs(int64_t T) const { return decoder->macs(T, T) + 
 std::string DecoderLM::describe(int64_t T) const {
   return describe_model(
       "DecoderLM", config,
-      "vocab " + std::to_string(config.vocab) + ", " + std::to_string(config.decoder_layers) + " layers",
+      "vocab " + std::to_string(config.vocab) + ", " + lm_words(config, std::to_string(config.decoder_layers)),
       num_parameters(), forward_macs(T), "at T = " + std::to_string(T), decoder->describe_layers("decoder", T, T));
 }
 
@@ -341,7 +363,7 @@ std::string EncoderDecoder::describe(int64_t S, int64_t T) const {
   return describe_model(
       "EncoderDecoder", config,
       "vocab " + std::to_string(config.source_vocab()) + " -> " + std::to_string(config.vocab) + ", " +
-          std::to_string(config.encoder_layers) + "+" + std::to_string(config.decoder_layers) + " layers",
+          lm_words(config, std::to_string(config.encoder_layers) + "+" + std::to_string(config.decoder_layers)),
       num_parameters(), forward_macs(S, T), "at S = " + std::to_string(S) + ", T = " + std::to_string(T),
       encoder->describe_layers("encoder", S, S) + decoder->describe_layers("decoder", T, S));
 }

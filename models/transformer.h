@@ -14,8 +14,14 @@
 //   embed.tokens.weight [V, d]           embed.positions.weight [max_len, d] (learned only)
 //   decoder.blocks.<i>.self_attn_norm.{weight,bias}   decoder.blocks.<i>.self_attn.<attention params>
 //   decoder.blocks.<i>.mlp_norm.{weight,bias}         decoder.blocks.<i>.mlp.fc{1,2}.{weight,bias}
-//   decoder.norm.{weight,bias} (pre-LN only)          lm_head.weight [V, d] (untied only, no bias)
+//   decoder.norm.{weight,bias} (pre-LN only)          lm_head.{weight [V, d], bias [V]} (untied only)
 // Decoder blocks of an EncoderDecoder add cross_attn_norm and cross_attn.
+// The config's architecture fields change them:
+//   norm_kind rmsnorm  every norm has a weight only (RMSNorm)
+//   mlp gated          mlp.gate_proj, mlp.up_proj [ffn_hidden, d] and mlp.down_proj [d, ffn_hidden]
+//                      (Hugging Face LLaMA's names) instead of mlp.fc1 and mlp.fc2
+//   mlp_bias false     the MLP's projections have a weight only
+//   head_bias true     lm_head.bias [V] (the head must be untied)
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -81,6 +87,7 @@ struct BlockInput {
 
 // Self-attention [+ cross-attention] + MLP, each a residual branch with dropout:
 //   pre-LN:  x = x + drop(f(LN(x)))        post-LN: x = LN(x + drop(f(x)))
+// LN is the config's norm kind (LayerNorm or RMSNorm), the MLP its MLP kind.
 //
 //   BlockConfig b;  b.dim = 64, b.ffn_hidden = 256, b.causal = true;
 //   TransformerBlock block(b, std::make_shared<MultiHeadAttention>(MHAConfig{64, 4}));
@@ -92,15 +99,15 @@ class TransformerBlock : public Module {
   ModelOutput forward(const BlockInput& in);  // out: [B, T, d]
   int64_t macs(int64_t T, int64_t S) const;   // one sequence, T queries, S memory positions
 
-  std::shared_ptr<LayerNorm> self_attn_norm, cross_attn_norm, mlp_norm;
+  std::shared_ptr<Norm> self_attn_norm, cross_attn_norm, mlp_norm;
   std::shared_ptr<Attention> self_attn, cross_attn;
-  std::shared_ptr<MLP> mlp;
+  std::shared_ptr<FeedForward> mlp;  // an MLP, or a GatedMLP (config.mlp gated)
   std::shared_ptr<Dropout> drop;
   BlockConfig config;
 
  private:
   // One residual branch around `f` with its norm, in the configured placement.
-  template <typename F> Tensor residual(const Tensor& x, const LayerNorm& layer_norm, F&& f) const;
+  template <typename F> Tensor residual(const Tensor& x, const Norm& norm, F&& f) const;
 };
 
 // ---- shared model pieces ------------------------------------------------------
@@ -123,7 +130,7 @@ class TokenEmbedding : public Module {
   mutable Tensor sinusoid_table_;
 };
 
-// A stack of blocks and, for pre-LN, the final LayerNorm.
+// A stack of blocks and, for pre-LN, the final norm (of the config's norm kind).
 class TransformerStack : public Module {
  public:
   // role: encoder_self (bidirectional), decoder_self (causal); with_cross adds cross-attention.
@@ -138,12 +145,14 @@ class TransformerStack : public Module {
   std::shared_ptr<TransformerBlock> block(size_t i) const { return blocks->at<TransformerBlock>(i); }
 
   std::shared_ptr<ModuleList> blocks;
-  std::shared_ptr<LayerNorm> norm;  // pre-LN only
+  std::shared_ptr<Norm> norm;  // pre-LN only
 };
 
 // ---- models ---------------------------------------------------------------------
 
-// Decoder-only language model: embed -> causal blocks -> final LN (pre-LN) -> LM head.
+// Decoder-only language model: embed -> causal blocks -> final norm (pre-LN) -> LM head.
+// The head is lm_head (with a bias when config.head_bias), or the token
+// embedding's transpose when config.tie_embeddings.
 class DecoderLM : public Module {
  public:
   // An empty factory means default_attention_factory(config, gen).  gen must

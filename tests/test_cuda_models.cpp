@@ -1,8 +1,9 @@
 // Models on CUDA against the same models on the CPU: forward outputs, aux
-// losses and a few training steps of every attention type (AdamW, clipping,
-// MAE's block coordinate descent), routed vs dense-masked paths on the GPU,
-// cached decoding, RoPE layers, checkpoints across devices, the optimizers
-// and Module::to(Device).  Skipped (and passing) without a device.
+// losses and a few training steps of every attention type and of LLaMA's
+// blocks (AdamW, clipping, MAE's block coordinate descent), routed vs
+// dense-masked paths on the GPU, cached decoding, RoPE layers, checkpoints
+// across devices, the optimizers and Module::to(Device).  Skipped (and
+// passing) without a device.
 #include <algorithm>
 
 #include "cuda_helpers.h"
@@ -32,6 +33,19 @@ ModelConfig parity_config(const std::string& type) {
                            {"w_z", "0.01"},  {"w_cv", "0.1"}, {"noisy_gating", "true"}};
   if (type == "moh") c.attention.options = {{"shared_heads", "1"}, {"routed_k", "2"}};
   return c;
+}
+
+// parity_config of every type, named by it, and a LLaMA-style MHA model
+// (RMSNorm, SwiGLU, no biases, RoPE, GQA) with a head bias, named "llama".
+std::vector<std::pair<std::string, ModelConfig>> model_configs() {
+  std::vector<std::pair<std::string, ModelConfig>> configs;
+  for (const std::string type : kTypes) configs.emplace_back(type, parity_config(type));
+  ModelConfig llama = testing::tiny_llama_config(11);
+  llama.dim = 16;
+  llama.heads = 4;
+  llama.head_bias = true;
+  configs.emplace_back("llama", llama);
+  return configs;
 }
 
 // Two rows of 9 tokens; the second row's last two positions are padding.
@@ -111,10 +125,11 @@ std::pair<std::shared_ptr<DecoderLM>, std::shared_ptr<DecoderLM>> twin_models(co
 
 }  // namespace
 
-TEST_CASE("cuda models: forward outputs and aux losses of every attention type match the CPU") {
-  for (const std::string type : kTypes) {
+TEST_CASE("cuda models: forward outputs and aux losses of every attention type (and LLaMA's blocks) match the CPU") {
+  for (const auto& [name, config] : model_configs()) {
+    const std::string type = name;  // named copies: Clang 14 lambdas cannot capture structured bindings
+    const ModelConfig c = config;
     CAPTURE(type);
-    ModelConfig c = parity_config(type);
     auto [on_cpu, on_cuda] = twin_models(c);
     check_same_tensors(on_cuda->state_dict(), on_cpu->state_dict(), 0, 0);  // moved bitwise
     for (bool training : {true, false}) {
@@ -137,9 +152,10 @@ TEST_CASE("cuda models: forward outputs and aux losses of every attention type m
 }
 
 TEST_CASE("cuda models: a few AdamW (MAE: BCD) steps with clipping give the CPU's losses and parameters") {
-  for (const std::string type : kTypes) {
+  for (const auto& [name, config] : model_configs()) {
+    const std::string type = name;  // named copies, as above
+    const ModelConfig c = config;
     CAPTURE(type);
-    ModelConfig c = parity_config(type);
     auto [on_cpu, on_cuda] = twin_models(c);
     Training a = train_steps(*on_cuda, c, 4), b = train_steps(*on_cpu, c, 4);
     CHECK_CLOSE(a.losses, b.losses, 1e-6, 1e-4);

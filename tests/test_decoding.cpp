@@ -1,5 +1,5 @@
-// Incremental decoding: cached logits equal the full forward at every step;
-// greedy with and without the cache; beam search of width 1 is greedy, is
+// Incremental decoding: cached logits equal the full forward at every step
+// (LLaMA-style models too); greedy with and without the cache; beam search of width 1 is greedy, is
 // unchanged by the cache (reordered caches), and with a wide beam finds the
 // best sequence of a brute-force search with the same scoring; sampling with
 // top_k = 1 is greedy, stays in the top k, and is reproducible by seed.
@@ -26,8 +26,12 @@ Tensor ids(const std::vector<int32_t>& v, int64_t B) { return testing::token_row
 using FullForward = std::function<Tensor(const Tensor& tokens)>;
 
 struct Models {
+  explicit Models(ModelConfig c = small_config(6)) : config(std::move(c)) {
+    lm.eval();
+    seq2seq.eval();
+  }
   Generator gen{11};
-  ModelConfig config = small_config(6);
+  ModelConfig config;
   DecoderLM lm{config, gen};
   EncoderDecoder seq2seq{config, gen};
   Source src{ids({3, 1, 4, 1, 5, 0, 2, 4}, 2), Tensor::from_vector<uint8_t>({0, 0, 0, 0, 0, 0, 1, 1}, {2, 4})};
@@ -36,11 +40,19 @@ struct Models {
   FullForward seq2seq_forward = [this](const Tensor& t) {
     return seq2seq.decode(t, seq2seq.encode(src.tokens, src.padding).out, src.padding).out;
   };
-  Models() {
-    lm.eval();
-    seq2seq.eval();
-  }
 };
+
+// logits [B, t, V] of the tokens after the cache's position, extending the cache
+using CachedForward = std::function<Tensor(const Tensor& tokens, DecoderCache* cache)>;
+
+// Feeds `tokens` [B, T] one position at a time through `step` with one
+// cache and checks each step's logits against the full forward's.
+void check_steps_match_full(const FullForward& full_forward, const CachedForward& step, const Tensor& tokens) {
+  Tensor full = full_forward(tokens);
+  DecoderCache cache;
+  for (int64_t t = 0; t < tokens.size(1); ++t)
+    CHECK_CLOSE(step(tokens.narrow(1, t, 1), &cache), full.narrow(1, t, 1), 1e-5, 1e-5);
+}
 
 // Σ log p of `tail` after `head` under the full forward, and the length normaliser.
 double sequence_log_prob(const FullForward& forward, const std::vector<int32_t>& head,
@@ -105,6 +117,33 @@ TEST_CASE("cached decoding gives the full forward's logits at every step") {
   CHECK(dec_cache.cross[1].length() == 4);
   CHECK(dec_cache.self[1].length() == 5);
   CHECK_THROWS_HEADROOM(f.lm.forward(tokens, Tensor::zeros({2, 5}, DType::b8), &cache), "takes no target padding");
+}
+
+TEST_CASE(
+    "LLaMA-style models (RMSNorm, SwiGLU, no biases, RoPE, GQA), MHA and MoH: cached logits equal the full ones") {
+  for (const char* type : {"mha", "moh"}) {
+    CAPTURE(type);
+    ModelConfig c = testing::tiny_llama_config(6);
+    c.dim = 16;
+    c.heads = 4;  // MoH: 1 shared head and the top 1 of 3 routed heads
+    c.attention.type = type;
+    c.attention.options["kv_heads"] = "2";
+    Models f(c);
+    NoGradGuard no_grad;
+    Tensor tokens = ids({1, 4, 2, 5, 0, 3, 3, 1, 0, 2}, 2);
+    check_steps_match_full(
+        f.lm_forward, [&](const Tensor& t, DecoderCache* cache) { return f.lm.forward(t, Tensor(), cache).out; },
+        tokens);
+    Tensor memory = f.seq2seq.encode(f.src.tokens, f.src.padding).out;
+    check_steps_match_full(
+        f.seq2seq_forward,
+        [&](const Tensor& t, DecoderCache* cache) {
+          return f.seq2seq.decode(t, memory, f.src.padding, Tensor(), cache).out;
+        },
+        tokens);
+    Tensor prompt = ids({1, 2, 3, 4}, 2);
+    CHECK(greedy(f.lm, prompt, {6, -1, true}).tokens == greedy(f.lm, prompt, {6, -1, false}).tokens);
+  }
 }
 
 TEST_CASE("a beam reorder, then the cache's growth: cached logits equal the full forward of the reordered rows") {

@@ -1,7 +1,8 @@
 // The model-building API: attention chosen per layer and per role, the aux
 // losses each layer weights by its method's convention (counted once, in
 // every kind of model and factory), the MoH / MoA defaults, BlockConfig, and
-// a mixed-method model's round trip through a checkpoint's metadata alone.
+// a mixed-method model's round trip through a checkpoint's metadata alone, a
+// LLaMA-style one's too (RMSNorm, SwiGLU, biases switched off and on).
 #include <filesystem>
 
 #include "helpers.h"
@@ -156,6 +157,60 @@ TEST_CASE("ModelConfig from a checkpoint: every field required, numbers read who
     const std::string refusal = "model.dropout = '" + std::string(text) + "' is not a finite number";
     CHECK_THROWS_HEADROOM(ModelConfig::from_checkpoint_metadata(bad, "run/ckpt"), refusal.c_str());
   }
+}
+
+TEST_CASE("the architecture fields: metadata round trip, strict values, and checkpoints written before them") {
+  ModelConfig c = testing::tiny_llama_config(12);
+  c.head_bias = true;
+  const StringMap meta = c.to_metadata();
+  CHECK(meta.at("model.norm_kind") == "rmsnorm");
+  CHECK(meta.at("model.mlp") == "gated");
+  CHECK(meta.at("model.mlp_bias") == "false");
+  CHECK(meta.at("model.head_bias") == "true");
+  CHECK(ModelConfig::from_checkpoint_metadata(meta, "run/ckpt") == c);
+  const StringMap defaults = ModelConfig{}.to_metadata();
+  CHECK(defaults.at("model.norm_kind") == "layernorm");
+  CHECK(defaults.at("model.mlp") == "plain");
+  CHECK(defaults.at("model.mlp_bias") == "true");
+  CHECK(defaults.at("model.head_bias") == "false");
+  CHECK_THROWS_HEADROOM(ModelConfig::from_metadata({{"model.norm_kind", "rms"}}),
+                        "model.norm_kind = 'rms' is not layernorm|rmsnorm");
+  CHECK_THROWS_HEADROOM(ModelConfig::from_metadata({{"model.mlp", "swiglu"}}),
+                        "model.mlp = 'swiglu' is not plain|gated");
+  CHECK_THROWS_HEADROOM(ModelConfig::from_metadata({{"model.mlp_bias", "no"}}), "is not true/false");
+  CHECK_THROWS_HEADROOM(ModelConfig::from_checkpoint_metadata({{"model.head_bias", "yes"}}, "run/ckpt"),
+                        "has no 'model.vocab' entry");
+  // A checkpoint from before these fields holds today's default model: it loads as one, every other field still
+  // required.
+  const ModelConfig before = mixed_seq2seq_config();
+  StringMap old_meta = before.to_metadata();
+  for (const char* key : {"model.norm_kind", "model.mlp", "model.mlp_bias", "model.head_bias"}) old_meta.erase(key);
+  CHECK(ModelConfig::from_checkpoint_metadata(old_meta, "run/ckpt") == before);
+  old_meta.erase("model.ffn_hidden");
+  CHECK_THROWS_HEADROOM(ModelConfig::from_checkpoint_metadata(old_meta, "run/ckpt"),
+                        "[metadata] run/ckpt has no 'model.ffn_hidden' entry");
+}
+
+TEST_CASE("a LLaMA-style DecoderLM (MoH layers too) trains, saves and rebuilds from its checkpoint's metadata alone") {
+  Generator gen(7);
+  ModelConfig c = testing::tiny_llama_config(12);
+  c.dim = 16;
+  c.heads = 4;
+  c.head_bias = true;
+  // Another type starts from its defaults: rope carries over, bias and kv_heads are named again.
+  c.attention.layers[1] = {"moh", {{"routed_k", "2"}, {"bias", "false"}, {"kv_heads", "1"}}};
+  DecoderLM model(c, gen);
+  CHECK(kinds(*model.decoder) == std::vector<std::string>{"mha", "moh"});
+  Tensor tokens = testing::token_rows({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0}, 2);
+  AdamW opt(model.parameters(), 1e-2);
+  for (int step = 0; step < 3; ++step) {  // trained weights, RMSNorm gains away from 1
+    opt.zero_grad();
+    cross_entropy(model.forward(tokens.narrow(1, 0, 5)).out.reshape({-1, c.vocab}),
+                  tokens.narrow(1, 1, 5).reshape({-1}))
+        .backward();
+    opt.step();
+  }
+  check_rebuilds_from_metadata(model, tokens, "headroom_llama_lm.safetensors");
 }
 
 TEST_CASE("metadata_int and metadata_uint64 read whole integers in range and name the key and the file") {

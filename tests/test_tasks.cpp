@@ -9,6 +9,7 @@
 #include "headroom/examples/common/mt_task.h"
 #include "headroom/examples/common/vit_task.h"
 #include "helpers.h"
+#include "transformer_helpers.h"
 
 using namespace headroom;
 using namespace headroom::examples;
@@ -472,9 +473,7 @@ TEST_CASE("the memory estimate lies between 1 and 2 times the measured peak of e
     vit.eval_images = 64;
     runs.emplace_back("train_vit mha", run_vit(vit, model, o));
   }
-  for (const auto& entry : runs) {  // not a structured binding: INFO captures in a lambda (C++17)
-    const std::string& run = entry.first;
-    const RunSummary& summary = entry.second;
+  for (const auto& [run, summary] : runs) {
     const double ratio = summary.estimated_bytes / double(summary.peak_bytes);
     INFO(run, ": estimated ", summary.estimated_bytes / 1048576, " MiB, peak ", summary.peak_bytes / 1048576.0,
          " MiB, ratio ", ratio);
@@ -534,4 +533,54 @@ TEST_CASE("a checkpoint's model config is held to the flags' ranges, and another
   refused("model.dropout", "1.5", "model.dropout is 1.5, outside the range [0, 1)");
   refused("attention.option.routed_k", "-7", "its attention settings are not ones a model accepts");
   refused("model.encoder_layers", "1", "is a translation model's checkpoint (train_mt), not a language model's");
+}
+
+namespace {
+// tiny_llama_config (RMSNorm, SwiGLU of width 12, no biases, RoPE) with the
+// stacks of `stacks`' task, vocabulary 259 and images of 2 × 2 patches; its
+// LM head, when it has one, with a bias.
+ModelConfig llama_task_config(ModelStacks stacks) {
+  ModelConfig c = testing::tiny_llama_config(259);
+  if (stacks == ModelStacks::decoder) c.encoder_layers = 0;
+  if (stacks == ModelStacks::encoder) c.decoder_layers = 0;
+  c.head_bias = stacks != ModelStacks::encoder;
+  c.image_size = 8;
+  c.patch_size = 4;
+  c.classes = 5;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("estimate_memory counts a gated MLP, RMSNorm and the bias switches: parameters and saved activations") {
+  Generator gen(3);
+  const ModelConfig lm = llama_task_config(ModelStacks::decoder);
+  const ModelConfig mt = llama_task_config(ModelStacks::encoder_decoder);
+  const ModelConfig vit = llama_task_config(ModelStacks::encoder);
+  CHECK(estimate_memory(lm, shape_of(2, 16)).parameters == DecoderLM(lm, gen).num_parameters());
+  CHECK(estimate_memory(mt, shape_of(2, 16)).parameters == EncoderDecoder(mt, gen).num_parameters());
+  CHECK(double(estimate_memory(vit, shape_of(2, 5)).parameters) ==
+        doctest::Approx(double(ViT(vit, gen).num_parameters())).epsilon(0.01));
+  // Per token and layer, a gated MLP saves 2·ffn floats more than a plain one: the up projection and the product.
+  ModelConfig plain = lm;
+  plain.mlp = MlpKind::plain;
+  const double more =
+      estimate_memory(lm, shape_of(2, 16)).activations - estimate_memory(plain, shape_of(2, 16)).activations;
+  CHECK(more == 4.0 * (2 * 16) * 2 * (2 * 12));  // bytes: f32, 2 rows of 16 tokens, 2 layers
+}
+
+TEST_CASE(
+    "a checkpoint's LLaMA-style fields pass its checks; a tied head with a bias and a gated stack too large do not") {
+  ModelConfig c = llama_task_config(ModelStacks::decoder);
+  CHECK_NOTHROW(check_checkpoint_config(c, ModelStacks::decoder, "run/ckpt"));
+  c.tie_embeddings = true;
+  CHECK_THROWS_HEADROOM(check_checkpoint_config(c, ModelStacks::decoder, "run/ckpt"),
+                        "run/ckpt: model.head_bias is true with model.tie_embeddings true");
+  c.tie_embeddings = false;
+  // 3 layers of d 4096 and ffn 65536: 4d² + 2d·ffn is under the 2^31 weights of a stack, 4d² + 3d·ffn is not.
+  c.dim = 4096;
+  c.ffn_hidden = 65536;
+  c.decoder_layers = 3;
+  CHECK_THROWS_HEADROOM(check_checkpoint_config(c, ModelStacks::decoder, "run/ckpt"), "over the limit of 2147483648");
+  c.mlp = MlpKind::plain;
+  CHECK_NOTHROW(check_checkpoint_config(c, ModelStacks::decoder, "run/ckpt"));
 }

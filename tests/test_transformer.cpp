@@ -2,10 +2,12 @@
 // its parts, causality of the DecoderLM, the ViT (patches by loops, cls and
 // mean pooling), aux-loss collection through a custom attention factory,
 // config metadata round trips, MACs, gradchecks through whole models (f64),
-// and the frozen PyTorch fixture.  Learning checks for every attention type
+// and the frozen PyTorch fixtures; the LLaMA-style architecture (RMSNorm,
+// SwiGLU, biases switched off, a head bias) the same ways.  Learning checks for every attention type
 // are in test_models.cpp.
 #include <chrono>
 #include <filesystem>
+#include <functional>
 
 #include "fixture_reader.h"
 #include "headroom/models/transformer.h"
@@ -51,6 +53,17 @@ std::vector<double> values_of(const std::vector<AuxLoss>& losses) {
   return out;
 }
 
+// Gradcheck (f64) of `output` over every parameter of `model`, which it converts to f64 first.
+void gradcheck_model(Module& model, const std::function<Tensor()>& output) {
+  model.to(DType::f64);
+  auto result = gradcheck([&](const std::vector<Tensor>&) { return output(); }, model.parameters());
+  CHECK_MESSAGE(result.ok, result.message);
+}
+
+// The whole-model gradchecks' targets: two rows of 3 tokens, the second row's last one padded.
+Tensor gradcheck_tokens() { return tokens_of({1, 4, 2, 0, 3, 3}, 2); }
+Tensor gradcheck_padding() { return Tensor::from_vector<uint8_t>({0, 0, 0, 0, 0, 1}, {2, 3}); }
+
 }  // namespace
 
 TEST_CASE("TransformerBlock: pre-LN and post-LN equal the composition of their parts") {
@@ -69,12 +82,15 @@ TEST_CASE("TransformerBlock: pre-LN and post-LN equal the composition of their p
     Tensor x = Tensor::randn({2, 4, 8}, gen), memory = Tensor::randn({2, 3, 8}, gen);
     Tensor pad = Tensor::from_vector<uint8_t>({0, 0, 0, 0, 0, 0, 0, 1}, {2, 4});
     Tensor mem_pad = Tensor::from_vector<uint8_t>({0, 0, 1, 0, 0, 0}, {2, 3});
-    auto ln = [](const std::shared_ptr<LayerNorm>& n, const Tensor& t) { return layer_norm(t, n->weight, n->bias); };
+    auto ln = [](const std::shared_ptr<Norm>& norm, const Tensor& t) {
+      const auto& n = dynamic_cast<const LayerNorm&>(*norm);
+      return layer_norm(t, n.weight, n.bias);
+    };
     auto attend_self = [&](const Tensor& h) { return self->forward({h, Tensor(), true, pad, pad}).out; };
     auto attend_cross = [&](const Tensor& h) { return cross->forward({h, memory, false, pad, mem_pad}).out; };
+    const auto& mlp = dynamic_cast<const MLP&>(*block.mlp);
     auto ffn = [&](const Tensor& h) {
-      return linear(gelu(linear(h, block.mlp->fc1->weight, block.mlp->fc1->bias)), block.mlp->fc2->weight,
-                    block.mlp->fc2->bias);
+      return linear(gelu(linear(h, mlp.fc1->weight, mlp.fc1->bias)), mlp.fc2->weight, mlp.fc2->bias);
     };
     Tensor expected;
     if (norm == NormPlacement::pre) {
@@ -249,30 +265,29 @@ TEST_CASE("gradcheck through a 1-layer DecoderLM and EncoderDecoder (f64)") {
   Generator gen(5);
   ModelConfig c = tiny_config();
   c.vocab = 5, c.dim = 4, c.ffn_hidden = 6, c.encoder_layers = c.decoder_layers = 1;
+  const Tensor tokens = gradcheck_tokens();
+  const Tensor pad = gradcheck_padding();
   DecoderLM lm(c, gen);
-  lm.to(DType::f64);
-  Tensor tokens = tokens_of({1, 4, 2, 0, 3, 3}, 2);
-  Tensor pad = Tensor::from_vector<uint8_t>({0, 0, 0, 0, 0, 1}, {2, 3});
-  auto lm_result = gradcheck([&](const std::vector<Tensor>&) { return lm.forward(tokens, pad).out; }, lm.parameters());
-  CHECK_MESSAGE(lm_result.ok, lm_result.message);
+  gradcheck_model(lm, [&] { return lm.forward(tokens, pad).out; });
 
   c.norm = NormPlacement::post, c.positions = PositionKind::learned, c.max_len = 4, c.tie_embeddings = true;
   EncoderDecoder seq2seq(c, gen);
-  seq2seq.to(DType::f64);
   Tensor src = tokens_of({2, 3, 1, 4}, 2);
   Tensor src_pad = Tensor::from_vector<uint8_t>({0, 0, 0, 1}, {2, 2});
-  auto s2s_result = gradcheck(
-      [&](const std::vector<Tensor>&) {
-        return seq2seq.decode(tokens, seq2seq.encode(src, src_pad).out, src_pad, pad).out;
-      },
-      seq2seq.parameters());
-  CHECK_MESSAGE(s2s_result.ok, s2s_result.message);
+  gradcheck_model(seq2seq, [&] { return seq2seq.decode(tokens, seq2seq.encode(src, src_pad).out, src_pad, pad).out; });
 }
 
-TEST_CASE("DecoderLM matches the frozen PyTorch fixture: logits, loss and every gradient") {
-  testing::Fixture f(std::string(HEADROOM_FIXTURES_DIR) + "/transformer.safetensors");
-  ModelConfig c = ModelConfig::from_metadata(
-      load_safetensors(std::string(HEADROOM_FIXTURES_DIR) + "/transformer.safetensors").metadata);
+namespace {
+
+// Builds the DecoderLM of a frozen fixture (tests/fixtures/<file>, its config
+// in the metadata, its weights by parameter name) and checks its logits, the
+// loss over the unpadded next tokens and every gradient against the float64
+// reference: in f32 within f32_tol (absolute and relative), in f64 within
+// 1e-10 to show that the rest is rounding.
+void check_decoder_fixture(const std::string& file, double f32_tol) {
+  const std::string path = std::string(HEADROOM_FIXTURES_DIR) + "/" + file;
+  testing::Fixture f(path);
+  ModelConfig c = ModelConfig::from_metadata(load_safetensors(path).metadata);
   DecoderLM lm(c);
   NamedTensors weights;
   for (const auto& [name, p] : lm.state_dict()) weights.push_back({name, f.get(name)});
@@ -280,7 +295,7 @@ TEST_CASE("DecoderLM matches the frozen PyTorch fixture: logits, loss and every 
   Tensor tokens = f.get("tokens"), padding = f.get("padding").to(DType::b8), targets = f.get("targets");
   CHECK(targets.dtype() == DType::i32);
   // f32 as trained, then f64 to show that the remaining error is rounding.
-  for (auto [dtype, tol] : {std::pair{DType::f32, 1e-4}, std::pair{DType::f64, 1e-10}}) {
+  for (auto [dtype, tol] : {std::pair{DType::f32, f32_tol}, std::pair{DType::f64, 1e-10}}) {
     lm.to(dtype);
     lm.zero_grad();
     Tensor logits = lm.forward(tokens, padding).out;
@@ -295,4 +310,119 @@ TEST_CASE("DecoderLM matches the frozen PyTorch fixture: logits, loss and every 
       CHECK_CLOSE(p.grad(), f.get("grad." + name), tol, tol);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("DecoderLM matches the frozen PyTorch fixture: logits, loss and every gradient") {
+  check_decoder_fixture("transformer.safetensors", 1e-4);
+}
+
+TEST_CASE("a LLaMA-style DecoderLM (RMSNorm, SwiGLU, no biases, RoPE, GQA) matches its frozen PyTorch fixture") {
+  // f32 against float64 from the same f32 weights, so only f32 arithmetic
+  // differs.  A logit passes through about a dozen f32 stages (per block a
+  // norm, projections of at most 24 terms, RoPE, softmax, the gate; then the
+  // final norm and the head); rounding errors of u = 2⁻²⁴ ≈ 6e-8 add like a
+  // random walk over those 12 · 24 terms: √288 · u ≈ 1e-6 of the values,
+  // which are below 3 here (logits up to 2.7, gradients up to 0.62).
+  // Measured: 8.7e-7 at most (1.1e-6 on the reference kernels), so 1e-5
+  // (absolute and relative) keeps a margin of about 10 over f32 rounding.
+  check_decoder_fixture("llama.safetensors", 1e-5);
+}
+
+TEST_CASE("TransformerBlock, LLaMA-style (RMSNorm, SwiGLU, no biases): the composition of its parts; gradcheck (f64)") {
+  Generator gen(8);
+  const ModelConfig c = testing::tiny_llama_config(7);
+  std::shared_ptr<Attention> self = make_attention(c, 0, AttentionRole::decoder_self, gen);
+  TransformerBlock block(c.block(AttentionRole::decoder_self), self, nullptr, gen);
+  // Two norm weights, the four projections' weights, the MLP's three: no bias anywhere.
+  CHECK(block.named_parameters().size() == 9);
+  for (const auto& name_p : block.named_parameters()) CHECK(name_p.first.find("bias") == std::string::npos);
+  for (Tensor p : {block.self_attn_norm->parameters()[0], block.mlp_norm->parameters()[0]}) {
+    NoGradGuard g;
+    p.copy_(Tensor::randn(p.shape(), gen));  // so that mixing up the norms shows
+  }
+  auto rms = [](const std::shared_ptr<Norm>& norm, const Tensor& t) {
+    const auto& n = dynamic_cast<const RMSNorm&>(*norm);
+    return rms_norm(t, n.weight, n.eps);
+  };
+  const auto& mlp = dynamic_cast<const GatedMLP&>(*block.mlp);
+  Tensor x = Tensor::randn({2, 4, 8}, gen);
+  Tensor h = x + self->forward({rms(block.self_attn_norm, x), Tensor(), true}).out;
+  Tensor n = rms(block.mlp_norm, h);
+  Tensor hidden = silu(linear(n, mlp.gate_proj->weight)) * linear(n, mlp.up_proj->weight);  // [2, 4, 12]
+  CHECK_CLOSE(block.forward(BlockInput(x)).out, h + linear(hidden, mlp.down_proj->weight), 1e-5, 1e-5);
+
+  block.to(DType::f64);
+  std::vector<Tensor> inputs = block.parameters();
+  inputs.push_back(Tensor::randn({2, 3, 8}, gen, DType::f64).set_requires_grad());
+  auto result =
+      gradcheck([&](const std::vector<Tensor>& in) { return block.forward(BlockInput(in.back())).out; }, inputs);
+  CHECK_MESSAGE(result.ok, result.message);
+}
+
+TEST_CASE("gradcheck through LLaMA-style models: a DecoderLM with a head bias, a tied EncoderDecoder, a ViT (f64)") {
+  Generator gen(9);
+  ModelConfig c = testing::tiny_llama_config(5);
+  c.dim = 4;  // 2 heads of width 2: RoPE rotates one pair each
+  c.ffn_hidden = 6;
+  c.encoder_layers = 1;
+  c.decoder_layers = 1;
+  c.head_bias = true;
+  const Tensor tokens = gradcheck_tokens();
+  const Tensor pad = gradcheck_padding();
+  DecoderLM lm(c, gen);
+  gradcheck_model(lm, [&] { return lm.forward(tokens, pad).out; });
+
+  c.head_bias = false;
+  c.tie_embeddings = true;
+  c.mlp_bias = true;  // the gated MLP's biases too
+  EncoderDecoder seq2seq(c, gen);
+  Tensor src = tokens_of({2, 3, 1, 4}, 2);
+  gradcheck_model(seq2seq, [&] { return seq2seq.decode(tokens, seq2seq.encode(src).out, Tensor(), pad).out; });
+
+  c.image_size = 4;
+  c.patch_size = 2;
+  c.classes = 3;
+  ViT vit(c, gen);
+  Tensor images = Tensor::randn({2, 3, 4, 4}, gen, DType::f64);
+  gradcheck_model(vit, [&] { return vit.forward(images).out; });
+}
+
+TEST_CASE("the LM head: a bias when head_bias, in both models; a tied head with a bias is refused") {
+  Generator gen(10);
+  ModelConfig c = tiny_config();
+  c.head_bias = true;
+  DecoderLM lm(c, gen);
+  REQUIRE(lm.lm_head->bias.defined());
+  CHECK(lm.lm_head->bias.shape() == Shape{7});
+  CHECK(lm.state_dict().back().first == "lm_head.bias");
+  Tensor tokens = tokens_of({1, 2, 3, 4, 5, 6}, 2);
+  Tensor biased = lm.forward(tokens).out;
+  Tensor bias = lm.lm_head->bias.detach().clone();
+  {
+    NoGradGuard no_grad;
+    lm.lm_head->bias.zero_();
+  }
+  Tensor unbiased = lm.forward(tokens).out;  // [2, 3, V]: the bias is added to every position's logits
+  CHECK_CLOSE(biased - unbiased, Tensor::zeros({2, 3, 7}) + bias, 1e-6);
+  CHECK(EncoderDecoder(c, gen).lm_head->bias.defined());
+  c.tie_embeddings = true;
+  CHECK_THROWS_HEADROOM(DecoderLM(c, gen), "head_bias needs an untied head (tie_embeddings=false)");
+  CHECK_THROWS_HEADROOM(EncoderDecoder(c, gen), "head_bias needs an untied head");
+}
+
+TEST_CASE("a gated MLP and RMSNorm in the parameter count, the forward MACs and describe()") {
+  ModelConfig c = testing::tiny_llama_config(7);
+  c.head_bias = true;
+  DecoderLM lm(c);
+  const int64_t T = 5, d = 8, V = 7, gated = 3 * d * 12;  // gate_proj, up_proj, down_proj per token
+  const std::shared_ptr<Attention> attention = make_attention(c, 0, AttentionRole::decoder_self);
+  CHECK(lm.forward_macs(T) == 2 * (attention->macs(T, T, true) + T * gated) + T * d * V);
+  // Embedding; per block two RMSNorm weights, the attention and the MLP; the final RMSNorm; the head and its bias.
+  CHECK(lm.num_parameters() == V * d + 2 * (2 * d + attention->num_parameters() + gated) + d + V * d + V);
+  const std::string text = lm.describe(T);
+  CHECK(text.find("vocab 7, 2 layers, head bias, d 8, ffn 12 gated without biases, pre-LN RMSNorm;") !=
+        std::string::npos);
+  CHECK(DecoderLM(tiny_config()).describe(T).find("2 layers, d 8, ffn 16, pre-LN;") != std::string::npos);
 }

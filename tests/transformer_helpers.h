@@ -23,6 +23,21 @@ inline ModelConfig tiny_model_config(int64_t vocab) {
   return c;
 }
 
+// tiny_model_config with LLaMA's architecture: RMSNorm, a SwiGLU MLP of width
+// 12, no biases in the attention or the MLP, no position embedding but RoPE,
+// one K/V head for the 2 query heads, an untied head without bias.
+inline ModelConfig tiny_llama_config(int64_t vocab) {
+  ModelConfig c = tiny_model_config(vocab);
+  c.ffn_hidden = 12;
+  c.activation = Activation::silu;
+  c.norm_kind = NormKind::rmsnorm;
+  c.mlp = MlpKind::gated;
+  c.mlp_bias = false;
+  c.positions = PositionKind::none;
+  c.attention = {"mha", {{"bias", "false"}, {"rope", "true"}, {"kv_heads", "1"}}};
+  return c;
+}
+
 // ids in row-major order -> i32 [B, ids.size() / B]
 inline Tensor token_rows(const std::vector<int32_t>& ids, int64_t B) {
   return Tensor::from_vector(ids, {B, int64_t(ids.size()) / B});

@@ -246,8 +246,9 @@ Footprint attention_footprint(const AttentionChoice& choice, const ModelConfig& 
   const int64_t heads = int64_t(size_option(choice, "heads", c.heads));
   const double width = size_option(choice, "head_dim", c.dim / heads);
   const double w = double(heads) * width, w_kv = size_option(choice, "kv_heads", heads) * width;
+  const bool biases = !option_is(choice, "bias", "false") && !option_is(choice, "bias", "0");
   Footprint f;
-  f.weights = 2 * d * w + 2 * d * w_kv + w + 2 * w_kv + d;
+  f.weights = 2 * d * w + 2 * d * w_kv + (biases ? w + 2 * w_kv + d : 0);
   // The queries of the heads that run, their head-major copy and the attention output; a log-sum-exp per head.
   f.saved = 3 * query_width(choice, heads, width) + double(heads);
   if (cross) f.saved_memory = 2 * w_kv;  // the keys and values, per token of the memory
@@ -266,13 +267,30 @@ Footprint attention_footprint(const AttentionChoice& choice, const ModelConfig& 
   return f;
 }
 
+// The weights of one norm of c's kind: LayerNorm's weight and bias, RMSNorm's weight.
+double norm_weights(const ModelConfig& c) { return double(c.dim) * (c.norm_kind == NormKind::rmsnorm ? 1 : 2); }
+
+// A block's MLP: its weights (biases when c.mlp_bias), and the floats it
+// saves per token: the hidden layer before and after its activation
+// (plain), or the gate's and the up projection's outputs, the activated gate
+// and the product (gated).
+Footprint mlp_footprint(const ModelConfig& c) {
+  const double d = double(c.dim), ffn = double(c.ffn_hidden);
+  const bool gated = c.mlp == MlpKind::gated;
+  const double hidden_matrices = gated ? 2 : 1;  // [ffn, d]: fc1, or gate_proj and up_proj; then one [d, ffn]
+  Footprint f;
+  f.weights = (hidden_matrices + 1) * d * ffn + (c.mlp_bias ? hidden_matrices * ffn + d : 0);
+  f.saved = (gated ? 4 : 2) * ffn;
+  return f;
+}
+
 // `layers` blocks of self-attention in `role`, each with a cross-attention when `cross`.
 Footprint stack_footprint(const ModelConfig& c, AttentionRole role, int64_t layers, bool cross) {
-  const double d = double(c.dim), ffn = double(c.ffn_hidden), norms = cross ? 3 : 2;
-  // The MLP's hidden layer before and after its activation; each norm's input, output and statistics.
-  Footprint mlp_and_norms;
-  mlp_and_norms.weights = 2 * d * ffn + ffn + d + 2 * norms * d;
-  mlp_and_norms.saved = 2 * ffn + norms * (2 * d + 2);
+  const double d = double(c.dim), norms = cross ? 3 : 2;
+  // Each norm's input, output and statistics (mean and 1/σ; rms_norm keeps both too).
+  Footprint mlp_and_norms = mlp_footprint(c);
+  mlp_and_norms.weights += norms * norm_weights(c);
+  mlp_and_norms.saved += norms * (2 * d + 2);
   Footprint stack;
   for (int64_t layer = 0; layer < layers; ++layer) {
     Footprint block = attention_footprint(c.attention.resolve(layer, role), c, role);
@@ -288,12 +306,14 @@ Footprint stack_footprint(const ModelConfig& c, AttentionRole role, int64_t laye
 double edge_weights(const ModelConfig& c, int64_t tokens) {
   const double d = double(c.dim), vocab = double(c.vocab);
   const double positions = c.positions == PositionKind::learned ? double(c.max_len) * d : 0;
+  const double head = c.tie_embeddings ? 0 : vocab * d + (c.head_bias ? vocab : 0);
   double weights = 0;
-  if (c.decoder_layers > 0) weights += vocab * d * (c.tie_embeddings ? 1 : 2) + positions + 2 * d;
-  if (c.encoder_layers > 0 && c.decoder_layers > 0) weights += double(c.source_vocab()) * d + positions + 2 * d;
-  if (c.decoder_layers == 0) {  // a ViT: patch embedding, class token, positions, head
+  if (c.decoder_layers > 0) weights += vocab * d + head + positions + norm_weights(c);
+  if (c.encoder_layers > 0 && c.decoder_layers > 0)
+    weights += double(c.source_vocab()) * d + positions + norm_weights(c);
+  if (c.decoder_layers == 0) {  // a ViT: patch embedding and its bias, class token, positions, final norm, head
     const double patch = double(c.channels * c.patch_size * c.patch_size), classes = double(c.classes);
-    weights += (patch + 1 + double(tokens) + 3) * d + classes * (d + 1);
+    weights += (patch + 1) * d + d + double(tokens) * d + norm_weights(c) + classes * (d + 1);
   }
   return weights;
 }
@@ -448,8 +468,9 @@ void check_checkpoint_config(const ModelConfig& c, ModelStacks stacks, const std
   check_field(path, "encoder_layers", c.encoder_layers, 0, kMaxLayers);
   check_field(path, "decoder_layers", c.decoder_layers, 0, kMaxLayers);
   check_field(path, "ffn_hidden", c.ffn_hidden, 1, kMaxFfn);
+  const int64_t mlp_matrices = c.mlp == MlpKind::gated ? 3 : 2;
   const int64_t stack_weights =
-      std::max(c.encoder_layers, c.decoder_layers) * (4 * c.dim * c.dim + 2 * c.dim * c.ffn_hidden);
+      std::max(c.encoder_layers, c.decoder_layers) * (4 * c.dim * c.dim + mlp_matrices * c.dim * c.ffn_hidden);
   HEADROOM_CHECK(stack_weights <= kMaxStackWeights, "[checkpoint] ", path, ": a stack of its model has ", stack_weights,
                  " weights, over the limit of ", kMaxStackWeights);
   check_real_field(path, "dropout", c.dropout, 0, 1);
@@ -462,6 +483,8 @@ void check_checkpoint_config(const ModelConfig& c, ModelStacks stacks, const std
     check_field(path, "vocab", c.vocab, 1, kMaxVocab);
     check_field(path, "src_vocab", c.src_vocab, 0, kMaxVocab);
     check_field(path, "max_len", c.max_len, 1, kMaxContext + 1);
+    HEADROOM_CHECK(!(c.head_bias && c.tie_embeddings), "[checkpoint] ", path,
+                   ": model.head_bias is true with model.tie_embeddings true, but a tied head has no bias");
   }
   check_checkpoint_attention(c, path);
 }
