@@ -473,7 +473,9 @@ TEST_CASE("the memory estimate lies between 1 and 2 times the measured peak of e
     vit.eval_images = 64;
     runs.emplace_back("train_vit mha", run_vit(vit, model, o));
   }
-  for (const auto& [run, summary] : runs) {
+  for (const auto& entry : runs) {  // not a structured binding: INFO captures in a lambda (C++17)
+    const std::string& run = entry.first;
+    const RunSummary& summary = entry.second;
     const double ratio = summary.estimated_bytes / double(summary.peak_bytes);
     INFO(run, ": estimated ", summary.estimated_bytes / 1048576, " MiB, peak ", summary.peak_bytes / 1048576.0,
          " MiB, ratio ", ratio);
