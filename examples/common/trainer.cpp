@@ -699,14 +699,19 @@ void print_schedule_note(const TrainOptions& before, const TrainOptions& after, 
       (long long)after.steps, scheduled_lr(before, step + 1), ended.c_str());
 }
 
+// A --steps given to --resume that does not reach past the checkpoint's step.
+[[noreturn]] void refuse_steps_not_past(const TrainOptions& o, int64_t saved_step) {
+  throw UsageError("--steps " + std::to_string(o.steps) + " is not past the checkpoint " + checkpoint_path(o.ckpt_dir) +
+                   " at step " + std::to_string(saved_step) +
+                   ": pass more steps to train on, or --eval-only to evaluate it");
+}
+
 // --resume: refuses a change that makes another run, notes each other one.
 void apply_resume_changes(const std::vector<SettingChange>& changes, Flags& settings, const TrainOptions& o,
                           int64_t step, const std::string& path) {
   bool schedule_changed = false;
   for (const SettingChange& change : changes) {
-    if (change.name == "steps" && o.steps <= step)
-      throw UsageError("--steps " + change.given + " is not past the checkpoint " + path + " at step " +
-                       std::to_string(step) + ": pass more steps to train on, or --eval-only to evaluate it");
+    if (change.name == "steps" && o.steps <= step) refuse_steps_not_past(o, step);
     if (kFixedSettings.count(change.name))
       throw UsageError("--" + change.name + " " + change.given + " differs from the run's " + change.stored + " in " +
                        path + ": a resumed run keeps its --" + change.name +
@@ -762,10 +767,7 @@ int64_t settle_resumed_settings(const Flags& given, Flags& settings, const Train
 bool resumed_run_is_finished(const Flags& given, const TrainOptions& o, int64_t saved_step) {
   if (!o.resume || saved_step < o.steps) return false;
   if (given.declares("epochs") && given.was_set("epochs")) return false;  // the steps follow from the data (run_vit)
-  if (given.was_set("steps"))
-    throw UsageError("--steps " + std::to_string(o.steps) + " is not past the checkpoint " +
-                     checkpoint_path(o.ckpt_dir) + " at step " + std::to_string(saved_step) +
-                     ": pass more steps to train on, or --eval-only to evaluate it");
+  if (given.was_set("steps")) refuse_steps_not_past(o, saved_step);
   std::printf(
       "the run in %s is finished: its checkpoint is at step %lld of %lld. Pass --steps above %lld (or more "
       "--epochs) with --resume to train it further, or --eval-only to evaluate it.\n",
