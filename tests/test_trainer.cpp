@@ -671,4 +671,24 @@ TEST_CASE("run_config_table lists only the flags that apply to the run") {
   CHECK(
       run_config_table(flags, TrainOptions{}, {{"memory estimate", "8.0 MiB"}}).find("| memory estimate | 8.0 MiB |") !=
       std::string::npos);
+  // From a checkpoint, the model flags' rows give way to the checkpoint's model; --eval-only shows no training flag.
+  const std::string resumed = table({"--ckpt", "run", "--resume"});
+  for (const char* absent : {"| attn |", "| dim |", "| heads |", "| layers |"})
+    CHECK_MESSAGE(resumed.find(absent) == std::string::npos, absent);
+  const std::string evaluated = table({"--ckpt", "run", "--eval-only"});
+  for (const char* absent : {"| steps |", "| lr |", "| warmup |", "| eval-every |", "| seed |"})
+    CHECK_MESSAGE(evaluated.find(absent) == std::string::npos, absent);
+}
+
+TEST_CASE("--help prints the derived defaults as a run at the default --steps uses them") {
+  TrainOptions o;
+  o.steps = 860;
+  o.warmup = 50;
+  o.eval_every = 250;
+  Flags flags("test", "train flags");
+  add_train_flags(flags, o);
+  const std::string usage = flags.usage();
+  CHECK(usage.find("(default: 50: a tenth of --steps, at most 50,") != std::string::npos);
+  CHECK(usage.find("(default: 172: a fifth of --steps, at most 250,") != std::string::npos);
+  CHECK(usage.find("(default: MemAvailable of /proc/meminfo on the CPU, none on CUDA)") != std::string::npos);
 }
