@@ -414,12 +414,7 @@ void restore_compare_settings(Flags& flags, const TrainOptions& o, const std::st
     const std::string name = key.substr(5);
     // A flag given wins: the runs' own checks judge it against their checkpoints.
     if (!flags.declares(name) || kInvocationFlags.count(name) || flags.was_set(name)) continue;
-    try {
-      flags.restore(name, value);
-    } catch (const UsageError& error) {
-      HEADROOM_FAIL("[compare] ", path, ": its setting ", name, " = '", value,
-                    "' is not a value the flag takes: ", error.what());
-    }
+    restore_setting(flags, name, value, "[compare] " + path + ": its setting " + name);
   }
 }
 

@@ -673,16 +673,6 @@ struct SettingChange {
   std::string name, given, stored;
 };
 
-// Sets `--name` from the checkpoint, whose text must pass the flag's own checks.
-void restore_setting(Flags& settings, const std::string& name, const std::string& text, const std::string& path) {
-  try {
-    settings.restore(name, text);
-  } catch (const UsageError& error) {
-    HEADROOM_FAIL("[checkpoint] ", path, ": its setting run.", name, " = '", text,
-                  "' is not a value the flag takes: ", error.what());
-  }
-}
-
 // The learning rate of step `step` (counted from 1) under the schedule of `o`.
 double scheduled_lr(const TrainOptions& o, int64_t step) {
   return o.lr * WarmupCosine{o.warmup, o.steps, o.min_lr_ratio}.factor(std::min(step, o.steps));
@@ -730,6 +720,14 @@ void apply_resume_changes(const std::vector<SettingChange>& changes, Flags& sett
 
 }  // namespace
 
+void restore_setting(Flags& flags, const std::string& name, const std::string& text, const std::string& what) {
+  try {
+    flags.restore(name, text);
+  } catch (const UsageError& error) {
+    HEADROOM_FAIL(what, " = '", text, "' is not a value the flag takes: ", error.what());
+  }
+}
+
 bool is_run_setting(const std::string& name) { return kNotRunSettings.count(name) == 0; }
 
 int64_t settle_resumed_settings(const Flags& given, Flags& settings, const TrainOptions& o) {
@@ -747,9 +745,9 @@ int64_t settle_resumed_settings(const Flags& given, Flags& settings, const Train
                   name.c_str(), given.program().c_str());
     } else if (name == "epochs" && given.was_set("steps") && !given.was_set("epochs") && stored != "0") {
       std::printf("note: --steps %s replaces the run's --epochs %s\n", given.value("steps").c_str(), stored.c_str());
-      restore_setting(settings, name, "0", path);
+      restore_setting(settings, name, "0", "[checkpoint] " + path + ": its setting run." + name);
     } else if (!given.was_set(name)) {
-      restore_setting(settings, name, stored, path);
+      restore_setting(settings, name, stored, "[checkpoint] " + path + ": its setting run." + name);
     } else if (settings.value(name) != stored) {
       changes.push_back({name, settings.value(name), stored});
     }

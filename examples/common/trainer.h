@@ -116,6 +116,11 @@ void settle_train_options(const Flags& flags, TrainOptions& options);
 // holds the model) nor a length the model fixes (--context; settle_trained_value).
 bool is_run_setting(const std::string& name);
 
+// Flags::restore of a stored value, where a value the flag refuses is a
+// headroom::Error naming `what`, the stored entry ("[checkpoint] DIR/
+// checkpoint.safetensors: its setting run.lr"), and the flag's own message.
+void restore_setting(Flags& flags, const std::string& name, const std::string& text, const std::string& what);
+
 // For --resume and --eval-only: each run setting stored in --ckpt's
 // checkpoint becomes the value of `settings` (the flags bound to the run's
 // options) where `given` (the command line) does not set it, with the
